@@ -1,0 +1,107 @@
+//! Shared plumbing of the subcommands: loading models, run directories, provenance.
+
+use anyhow::{Context, Result};
+use bindscope_core::{Checkpoint, LoadOptions};
+use burn::tensor::Device;
+use std::path::{Path, PathBuf};
+
+/// Options every model-loading subcommand takes.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ModelOpts {
+    /// Keep the checkpoint's float dtype (f16/bf16) instead of casting to f32.
+    #[arg(long, value_parser = ["f32", "keep"], default_value = "f32")]
+    pub dtype: String,
+}
+
+impl ModelOpts {
+    pub fn load_options(&self) -> LoadOptions {
+        LoadOptions { keep_dtype: self.dtype == "keep", ..Default::default() }
+    }
+}
+
+/// Resolves `--model` to its checkpoint files.
+pub fn resolve(spec: &str) -> Result<Checkpoint> {
+    Ok(Checkpoint::resolve(spec)?)
+}
+
+/// A file-system-safe name for a model spec (`openai/clip-vit-base-patch32` →
+/// `openai--clip-vit-base-patch32`; a directory → its last component).
+pub fn slug(spec: &str) -> String {
+    let p = Path::new(spec);
+    let base = if p.is_dir() {
+        p.canonicalize().ok().and_then(|c| c.file_name().map(|n| n.to_string_lossy().into_owned())).unwrap_or_else(|| spec.to_string())
+    } else {
+        spec.replace('/', "--")
+    };
+    base.chars().map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' }).collect()
+}
+
+/// Versions of bindscope and the crates that decide its numbers, read from the Cargo.lock the
+/// binary was built with.
+pub fn crate_versions() -> serde_json::Value {
+    const LOCK: &str = include_str!("../../Cargo.lock");
+    let mut out = serde_json::Map::new();
+    out.insert("bindscope".into(), env!("CARGO_PKG_VERSION").into());
+    let mut name: Option<&str> = None;
+    for line in LOCK.lines() {
+        if let Some(n) = line.strip_prefix("name = \"") {
+            name = n.strip_suffix('"');
+        } else if let (Some(n), Some(v)) = (name, line.strip_prefix("version = \"")) {
+            if ["burn", "burn-flex", "burn-store", "faer", "image", "tokenizers"].contains(&n) {
+                out.insert(n.into(), v.trim_end_matches('"').into());
+            }
+            name = None;
+        }
+    }
+    serde_json::Value::Object(out)
+}
+
+/// `git rev-parse HEAD` of the working directory, or "unknown".
+pub fn git_commit() -> String {
+    std::process::Command::new("git")
+        .args(["rev-parse", "HEAD"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// The device as it was requested and as burn reports it.
+pub fn device_json(spec: &str, device: &Device) -> serde_json::Value {
+    serde_json::json!({ "requested": spec, "burn": format!("{device:?}") })
+}
+
+/// UTC timestamp for run directory names, `YYYYmmdd-HHMMSS`.
+pub fn timestamp() -> String {
+    chrono::Utc::now().format("%Y%m%d-%H%M%S").to_string()
+}
+
+/// Writes pretty JSON atomically.
+pub fn write_json(path: &Path, value: &serde_json::Value) -> Result<()> {
+    let text = serde_json::to_string_pretty(value)? + "\n";
+    bindscope_core::fsutil::write_atomic(path, text.as_bytes()).with_context(|| format!("writing {}", path.display()))
+}
+
+/// Reads JSON.
+pub fn read_json(path: &Path) -> Result<serde_json::Value> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("{}: invalid JSON", path.display()))
+}
+
+/// A progress bar with items/s, drawn on stderr.
+pub fn progress(len: u64, what: &str) -> indicatif::ProgressBar {
+    let pb = indicatif::ProgressBar::new(len);
+    pb.set_style(
+        indicatif::ProgressStyle::with_template(&format!(
+            "{{spinner}} {what} [{{elapsed_precise}}] {{bar:30}} {{pos}}/{{len}} ({{per_sec}}, eta {{eta}})"
+        ))
+        .expect("valid template"),
+    );
+    pb
+}
+
+/// `runs/<study>/` under the current directory.
+pub fn runs_root(study: &str) -> PathBuf {
+    PathBuf::from("runs").join(study)
+}

@@ -1,0 +1,58 @@
+//! `experiments info`: what a checkpoint is.
+
+use crate::common::{self, ModelOpts};
+use anyhow::Result;
+use burn::tensor::Device;
+
+/// Arguments of `experiments info`.
+#[derive(clap::Args, Debug)]
+pub struct InfoArgs {
+    /// Hugging Face id or local checkpoint directory.
+    #[arg(long)]
+    model: String,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    model_opts: ModelOpts,
+}
+
+pub fn run(args: InfoArgs, device: &Device, device_spec: &str) -> Result<()> {
+    let ckpt = common::resolve(&args.model)?;
+    let loaded = bindscope_models::registry::load_any(&ckpt, device, &args.model_opts.load_options())?;
+    let dtypes = bindscope_core::load::file_dtypes(&ckpt.weights)?;
+    let towers: Vec<serde_json::Value> = loaded.iter().map(|(tower, info)| serde_json::json!({"tower": tower, "info": info})).collect();
+    let v = serde_json::json!({
+        "model": args.model,
+        "files": ckpt.weights.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
+        "file_dtypes": dtypes,
+        "loaded_dtype": if args.model_opts.dtype == "keep" { "as stored" } else { "f32" },
+        "device": common::device_json(device_spec, device),
+        "towers": towers,
+    });
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    println!("model        {}", args.model);
+    println!("weights      {} file(s), stored as {}", ckpt.weights.len(), dtypes.join(", "));
+    println!("loaded as    {}", v["loaded_dtype"].as_str().unwrap_or("f32"));
+    println!("device       {device_spec} ({device:?})");
+    for (tower, info) in &loaded {
+        println!(
+            "{tower:<12} {}: {} layers, hidden {}, {} heads, embedding {}, {} parameters, input {}",
+            info.model_type,
+            info.num_layers,
+            info.hidden_size,
+            info.num_heads,
+            info.embed_dim,
+            info.num_params,
+            if info.patch_size > 0 {
+                format!("{}×{} (patch {})", info.input_size[0], info.input_size[1], info.patch_size)
+            } else {
+                format!("≤ {} tokens", info.input_size[0])
+            }
+        );
+    }
+    Ok(())
+}

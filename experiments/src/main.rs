@@ -1,0 +1,53 @@
+//! `experiments` — the bindscope studies as subcommands.
+//!
+//! ```text
+//! cargo run --release -p experiments -- jer --model facebook/dinov2-small
+//! cargo run --release -p experiments -- info --model ./my-checkpoint-dir
+//! cargo run --release -p experiments -- embed --model openai/clip-vit-base-patch32 --images a.jpg b.png --out emb.safetensors
+//! ```
+//!
+//! `--device cpu|cuda[:N]|wgpu[:N]` (or `BURN_DEVICE`) picks the device; `cuda` and `wgpu` need
+//! the cargo features of the same name.
+
+mod common;
+mod embed;
+mod info;
+mod jer;
+mod plot;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(name = "experiments", version, about = "bindscope studies: what vision and vision–language embeddings keep")]
+struct Cli {
+    /// Device: cpu (burn flex), cuda[:N], wgpu[:N].
+    #[arg(long, global = true, env = "BURN_DEVICE", default_value = "cpu")]
+    device: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Jacobian effective rank of vision encoders (the main job).
+    Jer(jer::JerArgs),
+    /// Architecture, dimensions, parameter count, dtype and device of a checkpoint.
+    Info(info::InfoArgs),
+    /// Embed images or texts to .jsonl or .safetensors.
+    Embed(embed::EmbedArgs),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = bindscope_core::parse_device(&cli.device)
+        .map_err(anyhow::Error::from)
+        .and_then(|device| match cli.command {
+            Command::Jer(a) => jer::run(a, &device, &cli.device),
+            Command::Info(a) => info::run(a, &device, &cli.device),
+            Command::Embed(a) => embed::run(a, &device),
+        });
+    if let Err(e) = result {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}

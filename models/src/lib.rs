@@ -1,0 +1,183 @@
+//! # bindscope-models
+//!
+//! Native burn implementations of the encoders bindscope studies, one file per architecture,
+//! with module paths that mirror the Hugging Face checkpoint keys and config structs that
+//! deserialize the checkpoint's own `config.json`:
+//!
+//! | file | architecture | HF class |
+//! |---|---|---|
+//! | [`clip`] | CLIP vision + text towers, projections | `CLIPModel` |
+//! | [`siglip`] | SigLIP vision (MAP head) + text towers | `SiglipModel` |
+//! | [`dinov2`] | DINOv2 with layer scale, bicubic position interpolation | `Dinov2Model` |
+//! | [`vit`] | generic ViT (DINO v1 checkpoints) | `ViTModel` |
+//! | [`vit_mae`] | ViT-MAE encoder, masking off | `ViTMAEModel` |
+//! | [`bert`] | BERT encoder, sentence-transformers mean pooling | `BertModel` |
+//!
+//! Every vision model implements [`VisionEncoder`], every text model [`TextEncoder`];
+//! [`registry`] builds the right one from a checkpoint's `config.json` (`model_type`).
+
+pub mod attention;
+pub mod bert;
+pub mod clip;
+pub mod dinov2;
+pub mod registry;
+pub mod siglip;
+pub mod vit;
+pub mod vit_mae;
+
+use burn::prelude::*;
+use bindscope_core::{CheckpointError, LoadError};
+
+/// Why a model could not be built from a checkpoint.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    /// `config.json` (or another JSON file) is missing or malformed.
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    /// The weights do not match the architecture.
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    /// The config asks for something this implementation does not support.
+    #[error("{file}: unsupported configuration: {message}")]
+    Unsupported {
+        /// The config file.
+        file: String,
+        /// What is unsupported and what is.
+        message: String,
+    },
+}
+
+/// What a forward pass should return besides the final output.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ForwardOptions {
+    /// Return the hidden state after the embeddings and after every block (`L + 1` tensors, as
+    /// transformers' `output_hidden_states=True`).
+    pub output_hidden_states: bool,
+    /// Return every block's attention probabilities (`L` tensors, transformers'
+    /// `output_attentions=True`). Disables the fused-attention fast path.
+    pub output_attentions: bool,
+}
+
+impl ForwardOptions {
+    /// Hidden states and attentions.
+    pub fn all() -> Self {
+        Self { output_hidden_states: true, output_attentions: true }
+    }
+}
+
+/// The output of a transformer encoder, named as in transformers.
+#[derive(Debug, Clone)]
+pub struct EncoderOutput {
+    /// `[N, T, D]`: final hidden states, after the final norm where the HF model applies one
+    /// (CLIP vision: `post_layernorm` is *not* applied here, as in transformers).
+    pub last_hidden_state: Tensor<3>,
+    /// `[N, D]`: transformers' `pooler_output`.
+    pub pooler_output: Tensor<2>,
+    /// `L + 1` tensors `[N, T, D]`: embeddings output, then the output of each block.
+    pub hidden_states: Option<Vec<Tensor<3>>>,
+    /// `L` tensors `[N, H, T, T]`: attention probabilities of each block.
+    pub attentions: Option<Vec<Tensor<4>>>,
+}
+
+/// Which vector of a vision encoder a study reads out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum VisionReadout {
+    /// The model's standard image embedding: CLIP `image_embeds` (projected), SigLIP / DINOv2 /
+    /// ViT `pooler_output`, ViT-MAE mean of patch tokens after the final layernorm.
+    #[default]
+    Pooled,
+    /// The summary token: CLS after the final norm (CLIP: `post_layernorm(CLS)`), SigLIP's MAP
+    /// head output.
+    Summary,
+    /// Mean of the patch tokens of `last_hidden_state` (CLS / register tokens excluded).
+    MeanPatch,
+}
+
+impl std::str::FromStr for VisionReadout {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "pooled" => Ok(Self::Pooled),
+            "summary" => Ok(Self::Summary),
+            "mean-patch" => Ok(Self::MeanPatch),
+            other => Err(format!("unknown output '{other}': expected pooled, summary or mean-patch")),
+        }
+    }
+}
+
+/// Static facts about a loaded model, for `experiments info` and run configs.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ModelInfo {
+    /// HF `model_type` (`clip`, `siglip`, `dinov2`, `vit`, `vit_mae`, `bert`).
+    pub model_type: String,
+    /// Hidden size of the transformer.
+    pub hidden_size: usize,
+    /// Dimension of the pooled embedding ([`VisionReadout::Pooled`] / text embedding).
+    pub embed_dim: usize,
+    /// Number of blocks.
+    pub num_layers: usize,
+    /// Number of attention heads.
+    pub num_heads: usize,
+    /// Number of parameters (all towers that were loaded).
+    pub num_params: usize,
+    /// Expected input image size `[H, W]` (vision) or maximum sequence length `[T, 0]` (text).
+    pub input_size: [usize; 2],
+    /// Patch size (vision), 0 for text.
+    pub patch_size: usize,
+}
+
+/// A frozen image encoder.
+///
+/// Input is the preprocessed pixel tensor `pixel_values: [N, 3, H, W]` (already normalized);
+/// models with position-embedding interpolation accept sizes other than the configured one.
+pub trait VisionEncoder: Send + Sync {
+    /// Full forward pass of the vision tower.
+    fn forward_vision(&self, pixel_values: Tensor<4>, opts: ForwardOptions) -> EncoderOutput;
+
+    /// Number of leading non-patch tokens in the sequence (1 for CLS, 0 for SigLIP, 1 + registers).
+    fn num_prefix_tokens(&self) -> usize;
+
+    /// Applies the readout to a hidden state of any depth, the way the final output is pooled
+    /// (final norm, then CLS / MAP head / mean of patches, then projection for
+    /// [`VisionReadout::Pooled`] where the model has one). Used for JER-vs-depth profiles.
+    ///
+    /// # Shapes
+    /// `hidden: [N, T, D]` → `[N, E]`.
+    fn readout(&self, hidden: Tensor<3>, readout: VisionReadout) -> Tensor<2>;
+
+    /// `forward_vision` followed by [`VisionEncoder::readout`] on the last block's output:
+    /// `[N, 3, H, W]` → `[N, E]`.
+    fn embed(&self, pixel_values: Tensor<4>, readout: VisionReadout) -> Tensor<2> {
+        let out = self.forward_vision(pixel_values, ForwardOptions { output_hidden_states: true, output_attentions: false });
+        let last = out.hidden_states.and_then(|mut h| h.pop()).expect("hidden states were requested");
+        self.readout(last, readout)
+    }
+
+    /// Patch tokens of the final layer after the final norm, `[N, P, D]`.
+    fn patch_tokens(&self, pixel_values: Tensor<4>) -> Tensor<3> {
+        let out = self.forward_vision(pixel_values, ForwardOptions::default());
+        let [n, t, d] = out.last_hidden_state.dims();
+        let p = self.num_prefix_tokens();
+        out.last_hidden_state.slice([0..n, p..t, 0..d])
+    }
+
+    /// Static facts about the model.
+    fn info(&self) -> ModelInfo;
+}
+
+/// A frozen text encoder over token ids.
+pub trait TextEncoder: Send + Sync {
+    /// Full forward pass of the text tower.
+    ///
+    /// # Shapes
+    /// `input_ids, attention_mask: [N, T]` (mask 1 = token, 0 = padding).
+    fn forward_text(&self, input_ids: Tensor<2, Int>, attention_mask: Tensor<2, Int>, opts: ForwardOptions) -> EncoderOutput;
+
+    /// The model's sentence embedding `[N, E]`: CLIP `text_embeds` (projected EOS token), SigLIP
+    /// `pooler_output` (last token through the head), BERT mean pooling + L2 normalization.
+    fn embed_text(&self, input_ids: Tensor<2, Int>, attention_mask: Tensor<2, Int>) -> Tensor<2>;
+
+    /// Static facts about the model.
+    fn info(&self) -> ModelInfo;
+}
