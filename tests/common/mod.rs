@@ -64,7 +64,7 @@ impl Reference {
     pub fn assert_close<const D: usize>(&self, key: &str, actual: Tensor<D>, tol: f32) {
         let (shape, expected) = self.f32(key);
         assert_eq!(actual.dims().to_vec(), shape, "{}: shape of {key}", self.name);
-        let got: Vec<f32> = actual.into_data().convert::<f32>().to_vec().unwrap();
+        let got: Vec<f32> = actual.into_data().convert::<f32>().try_to_vec::<f32>().unwrap();
         let (mut worst, mut at) = (0f32, 0usize);
         for (i, (a, b)) in got.iter().zip(&expected).enumerate() {
             let d = (a - b).abs();

@@ -212,7 +212,7 @@ fn remap_one(remapper: &KeyRemapper, key: &str) -> String {
 fn describe(e: &ApplyError) -> String {
     match e {
         ApplyError::ShapeMismatch { path, expected, found } => {
-            format!("shape mismatch for {path}: model expects {:?}, file has {:?}", expected.dims.to_vec(), found.dims.to_vec())
+            format!("shape mismatch for {path}: model expects {:?}, file has {:?}", expected.to_vec(), found.to_vec())
         }
         other => format!("{other:?}"),
     }

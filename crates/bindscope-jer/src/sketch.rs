@@ -208,7 +208,7 @@ impl OutputSpectrum {
 }
 
 fn host(t: Tensor<2>) -> Vec<f32> {
-    t.into_data().convert::<f32>().to_vec().expect("f32 data")
+    t.into_data().convert::<f32>().try_to_vec::<f32>().expect("f32 data")
 }
 
 /// Computes the sketch spectra of every output of `f` at probe image `image`.
