@@ -1,0 +1,754 @@
+//! # ViT — `ViTModel` (DINO v1 checkpoints)
+//!
+//! The plain Vision Transformer of Dosovitskiy et al., *An Image is Worth 16x16 Words*
+//! (<https://arxiv.org/abs/2010.11929>), as Hugging Face transformers implements it in
+//! `ViTModel` (`model_type: "vit"`). The self-supervised DINO v1 checkpoints (Caron et al.,
+//! *Emerging Properties in Self-Supervised Vision Transformers*, <https://arxiv.org/abs/2104.14294>,
+//! e.g. `facebook/dino-vits16`) use this class.
+//!
+//! Architecture: a stride-`patch` convolution turns the image into patch tokens, a learned CLS
+//! token is prepended and learned position embeddings are added (resampled bicubically when the
+//! input is not the configured size), then `L` pre-norm blocks
+//! (`x + attn(layernorm_before(x))`, `x + mlp(layernorm_after(x))`), a final `layernorm`, and
+//! optionally the pooler `tanh(dense(CLS))`.
+//!
+//! ```no_run
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use bindscope_core::{Checkpoint, LoadOptions};
+//! use bindscope_models::{ForwardOptions, vit::ViTModel};
+//! let device = burn::tensor::Device::flex();
+//! let ckpt = Checkpoint::resolve("facebook/dino-vits16")?;
+//! let model = ViTModel::load(&ckpt, &device, &LoadOptions::default())?;
+//! let pixels = burn::tensor::Tensor::<4>::zeros([1, 3, 224, 224], &device);
+//! let out = model.forward(pixels, ForwardOptions::default());
+//! assert_eq!(out.last_hidden_state.dims(), [1, 197, 384]);
+//! # Ok(()) }
+//! ```
+//!
+//! Key names are the Hub's: `embeddings.{cls_token,position_embeddings,patch_embeddings.projection}`,
+//! `encoder.layer.N.{attention.attention.{query,key,value},attention.output.dense,
+//! intermediate.dense,output.dense,layernorm_before,layernorm_after}`, `layernorm`, optional
+//! `pooler.dense`. Checkpoints saved from `ViTForImageClassification` carry a `vit.` prefix and
+//! a `classifier` head: the prefix is stripped and the `classifier.*` keys are ignored (this
+//! crate only extracts features). The pooler is built exactly when the checkpoint has
+//! `pooler.dense.weight` (transformers' `add_pooling_layer`).
+//!
+//! The layer building blocks ([`ViTEmbeddings`], [`ViTEncoder`]) are shared with
+//! [`crate::vit_mae`], and the torch-exact bicubic resampling of position grids
+//! ([`interpolate_pos_grid`]) with [`crate::dinov2`].
+
+use std::collections::BTreeMap;
+
+use bindscope_core::{Checkpoint, LoadOptions, load_strict};
+use burn::module::Param;
+use burn::nn::conv::{Conv2d, Conv2dConfig};
+use burn::nn::{Initializer, LayerNorm, LayerNormConfig, Linear, LinearConfig};
+use burn::prelude::*;
+use burn::tensor::TensorData;
+use burn::tensor::activation;
+use serde::Deserialize;
+
+use crate::attention::{AttentionMask, multi_head_attention};
+use crate::{EncoderOutput, ForwardOptions, ModelError, ModelInfo, VisionEncoder, VisionReadout};
+
+// ---------------------------------------------------------------------------------------------
+// Config
+// ---------------------------------------------------------------------------------------------
+
+/// `config.json` of a transformers `ViTModel` (`ViTConfig`); missing fields take the
+/// transformers defaults (ViT-B/16 at 224).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct ViTConfig {
+    /// `"vit"`.
+    pub model_type: String,
+    /// Width `D` of the transformer.
+    pub hidden_size: usize,
+    /// Number of blocks `L`.
+    pub num_hidden_layers: usize,
+    /// Number of attention heads `H`.
+    pub num_attention_heads: usize,
+    /// Width of the MLP.
+    pub intermediate_size: usize,
+    /// MLP activation (`gelu` = exact erf GELU).
+    pub hidden_act: String,
+    /// Epsilon of every LayerNorm.
+    pub layer_norm_eps: f64,
+    /// Configured input size `[H, W]` (an integer in `config.json` means a square image).
+    #[serde(deserialize_with = "de_image_size")]
+    pub image_size: [usize; 2],
+    /// Side of the square patches.
+    pub patch_size: usize,
+    /// Input channels.
+    pub num_channels: usize,
+    /// Whether the query/key/value projections have a bias.
+    pub qkv_bias: bool,
+    /// Output width of the pooler (`None` = `hidden_size`).
+    pub pooler_output_size: Option<usize>,
+    /// Pooler activation (`tanh`).
+    pub pooler_act: String,
+}
+
+impl Default for ViTConfig {
+    fn default() -> Self {
+        Self {
+            model_type: "vit".into(),
+            hidden_size: 768,
+            num_hidden_layers: 12,
+            num_attention_heads: 12,
+            intermediate_size: 3072,
+            hidden_act: "gelu".into(),
+            layer_norm_eps: 1e-12,
+            image_size: [224, 224],
+            patch_size: 16,
+            num_channels: 3,
+            qkv_bias: true,
+            pooler_output_size: None,
+            pooler_act: "tanh".into(),
+        }
+    }
+}
+
+/// Deserializes an image size given as `224` or `[224, 224]` into `[H, W]`.
+pub(crate) fn de_image_size<'de, D: serde::Deserializer<'de>>(d: D) -> Result<[usize; 2], D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Size {
+        One(usize),
+        Two([usize; 2]),
+    }
+    Ok(match Size::deserialize(d)? {
+        Size::One(s) => [s, s],
+        Size::Two(s) => s,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shared pieces: activation, bicubic position resampling, token pooling
+// ---------------------------------------------------------------------------------------------
+
+/// The activations transformers names in `hidden_act` / `pooler_act` that this crate supports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activation {
+    /// `"gelu"`: exact erf GELU.
+    Gelu,
+    /// `"gelu_new"`, `"gelu_pytorch_tanh"`: tanh approximation of GELU.
+    GeluTanh,
+    /// `"relu"`.
+    Relu,
+    /// `"silu"` / `"swish"`: `x·sigmoid(x)`.
+    Silu,
+    /// `"tanh"` (poolers).
+    Tanh,
+}
+
+impl Activation {
+    /// Parses a transformers activation name; `None` when unsupported.
+    pub fn from_hf(name: &str) -> Option<Self> {
+        match name {
+            "gelu" => Some(Self::Gelu),
+            "gelu_new" | "gelu_pytorch_tanh" => Some(Self::GeluTanh),
+            "relu" => Some(Self::Relu),
+            "silu" | "swish" => Some(Self::Silu),
+            "tanh" => Some(Self::Tanh),
+            _ => None,
+        }
+    }
+
+    /// Parses `name`, or returns [`ModelError::Unsupported`] naming `field` and `file`.
+    pub(crate) fn parse(name: &str, field: &str, file: &str) -> Result<Self, ModelError> {
+        Self::from_hf(name).ok_or_else(|| ModelError::Unsupported {
+            file: file.to_string(),
+            message: format!(
+                "{field} = \"{name}\" is not implemented (supported: gelu, gelu_new, gelu_pytorch_tanh, relu, silu, swish, tanh)"
+            ),
+        })
+    }
+
+    /// Applies the activation element-wise.
+    pub fn forward<const D: usize>(self, x: Tensor<D>) -> Tensor<D> {
+        match self {
+            Self::Gelu => activation::gelu(x),
+            Self::GeluTanh => activation::gelu_approximate(x),
+            Self::Relu => activation::relu(x),
+            Self::Silu => activation::silu(x),
+            Self::Tanh => activation::tanh(x),
+        }
+    }
+}
+
+/// How a model family calls `torch.nn.functional.interpolate(mode="bicubic",
+/// align_corners=False)` to resize its position-embedding grid.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum PosResize {
+    /// `size=(new_h, new_w)`: the source coordinate scale is `in / out`.
+    Size,
+    /// `scale_factor=((new_h + offset) / in_h, (new_w + offset) / in_w)` (older transformers
+    /// used `offset = 0.1`): the output size is `floor(in · factor)` and the source coordinate
+    /// scale is `1 / factor`, which differs slightly from `in / out`.
+    ScaleFactor {
+        /// The offset added to the target size.
+        offset: f64,
+    },
+}
+
+/// One axis of torch's bicubic resampling as a dense `[out_size, in_size]` row-major matrix
+/// (`align_corners=False`).
+///
+/// - `antialias = false`: `upsample_bicubic2d` (Keys cubic with `A = -0.75`, the four taps
+///   clamped to the border), coordinates computed in f32 as torch does for f32 input.
+/// - `antialias = true`: `_upsample_bicubic2d_aa` (PIL-style: cubic with `A = -0.5`, support
+///   widened by the scale when downsampling, weights normalized to sum 1).
+///
+/// `scale` is the source-coordinate scale (`in / out`, or `1 / scale_factor`).
+pub fn bicubic_resize_weights(in_size: usize, out_size: usize, scale: f64, antialias: bool) -> Vec<f32> {
+    let mut w = vec![0f32; out_size * in_size];
+    if antialias {
+        let a = -0.5f64;
+        let filter = |x: f64| {
+            let x = x.abs();
+            if x < 1.0 {
+                ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0
+            } else if x < 2.0 {
+                ((a * x - 5.0 * a) * x + 8.0 * a) * x - 4.0 * a
+            } else {
+                0.0
+            }
+        };
+        let support = if scale >= 1.0 { 2.0 * scale } else { 2.0 };
+        let invscale = if scale >= 1.0 { 1.0 / scale } else { 1.0 };
+        for i in 0..out_size {
+            let center = scale * (i as f64 + 0.5);
+            let xmin = ((center - support + 0.5) as i64).max(0);
+            let xmax = ((center + support + 0.5) as i64).min(in_size as i64);
+            let ws: Vec<f64> = (xmin..xmax).map(|j| filter((j as f64 - center + 0.5) * invscale)).collect();
+            let total: f64 = ws.iter().sum();
+            for (k, j) in (xmin..xmax).enumerate() {
+                let v = if total != 0.0 { ws[k] / total } else { ws[k] };
+                w[i * in_size + j as usize] = v as f32;
+            }
+        }
+    } else {
+        let a = -0.75f32;
+        let cubic1 = |x: f32| ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0;
+        let cubic2 = |x: f32| ((a * x - 5.0 * a) * x + 8.0 * a) * x - 4.0 * a;
+        let scale = scale as f32;
+        for i in 0..out_size {
+            let real = scale * (i as f32 + 0.5) - 0.5;
+            let x0 = real.floor();
+            let t = real - x0;
+            let coeffs = [cubic2(t + 1.0), cubic1(t), cubic1(1.0 - t), cubic2(2.0 - t)];
+            for (k, c) in coeffs.iter().enumerate() {
+                let j = (x0 as i64 - 1 + k as i64).clamp(0, in_size as i64 - 1) as usize;
+                w[i * in_size + j] += c;
+            }
+        }
+    }
+    w
+}
+
+/// Resamples a grid of position embeddings the way transformers' `interpolate_pos_encoding`
+/// does (bicubic, `align_corners=False`), as two small matrix products on the device.
+///
+/// # Shapes
+/// `grid: [1, Gh·Gw, D]` (row-major grid) → `[1, h·w, D]`.
+pub fn interpolate_pos_grid(grid: Tensor<3>, src: [usize; 2], dst: [usize; 2], resize: PosResize, antialias: bool) -> Tensor<3> {
+    let device = grid.device();
+    let [_, _, d] = grid.dims();
+    let [gh, gw] = src;
+    let [h, w] = dst;
+    let scale = |g: usize, n: usize| match resize {
+        PosResize::Size => g as f64 / n as f64,
+        PosResize::ScaleFactor { offset } => 1.0 / ((n as f64 + offset) / g as f64),
+    };
+    let wh = bicubic_resize_weights(gh, h, scale(gh, h), antialias);
+    let ww = bicubic_resize_weights(gw, w, scale(gw, w), antialias);
+    let wh = Tensor::<2>::from_data(TensorData::new(wh, [h, gh]), &device).reshape([1, h, gh]);
+    let wwt = Tensor::<2>::from_data(TensorData::new(ww, [w, gw]), &device).transpose().reshape([1, gw, w]);
+    let g = grid.reshape([gh, gw, d]).permute([2, 0, 1]); // [D, Gh, Gw]
+    let out = wh.matmul(g).matmul(wwt); // [D, h, w]
+    out.permute([1, 2, 0]).reshape([1, h * w, d])
+}
+
+/// Mean of the tokens after the first `prefix`: `[N, T, D]` → `[N, D]`.
+pub(crate) fn mean_patch(x: Tensor<3>, prefix: usize) -> Tensor<2> {
+    let [n, t, d] = x.dims();
+    x.slice([0..n, prefix..t, 0..d]).mean_dim(1).reshape([n, d])
+}
+
+/// Token `i` of every sequence: `[N, T, D]` → `[N, D]`.
+pub(crate) fn token(x: Tensor<3>, i: usize) -> Tensor<2> {
+    let [n, _, d] = x.dims();
+    x.slice([0..n, i..i + 1, 0..d]).reshape([n, d])
+}
+
+/// Shapes of every tensor of a checkpoint (all shards).
+pub(crate) fn checkpoint_shapes(ckpt: &Checkpoint) -> Result<BTreeMap<String, Vec<usize>>, ModelError> {
+    let mut out = BTreeMap::new();
+    for f in &ckpt.weights {
+        out.extend(bindscope_core::load::read_safetensors_shapes(f)?);
+    }
+    Ok(out)
+}
+
+/// Checks the sizes every ViT-like config needs, naming the offending field.
+pub(crate) fn check_sizes(file: &str, hidden: usize, heads: usize, patch: usize, layers: &[(&str, usize)]) -> Result<(), ModelError> {
+    let err = |m: String| Err(ModelError::Unsupported { file: file.to_string(), message: m });
+    if heads == 0 || !hidden.is_multiple_of(heads) {
+        return err(format!("hidden_size {hidden} is not a multiple of num_attention_heads {heads}"));
+    }
+    if patch == 0 {
+        return err("patch_size must be positive".into());
+    }
+    for (name, v) in layers {
+        if *v == 0 {
+            return err(format!("{name} must be positive"));
+        }
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Embeddings
+// ---------------------------------------------------------------------------------------------
+
+/// `embeddings.patch_embeddings`: a `patch × patch` convolution with stride `patch`.
+#[derive(Module, Debug)]
+pub struct PatchEmbeddings {
+    /// `projection`: `Conv2d(C, D, kernel = stride = patch)`.
+    pub projection: Conv2d,
+}
+
+impl PatchEmbeddings {
+    /// New patch embedding with the given initializer.
+    pub fn new(channels: usize, hidden: usize, patch: usize, init: &Initializer, device: &Device) -> Self {
+        let projection = Conv2dConfig::new([channels, hidden], [patch, patch])
+            .with_stride([patch, patch])
+            .with_initializer(init.clone())
+            .init(device);
+        Self { projection }
+    }
+
+    /// `[N, C, H, W]` → patch tokens `[N, h·w, D]` (row-major over the `h × w` grid, as
+    /// `flatten(2).transpose(1, 2)`) and the grid `[h, w]`. Pixels beyond the last full patch
+    /// are dropped, as torch's convolution does.
+    pub fn forward(&self, pixel_values: Tensor<4>) -> (Tensor<3>, [usize; 2]) {
+        let [_, c, _, _] = pixel_values.dims();
+        let expected = self.projection.weight.dims()[1];
+        assert_eq!(c, expected, "pixel_values has {c} channels, the patch embedding expects {expected}");
+        let x = self.projection.forward(pixel_values); // [N, D, h, w]
+        let [n, d, h, w] = x.dims();
+        (x.reshape([n, d, h * w]).swap_dims(1, 2), [h, w])
+    }
+}
+
+/// `embeddings` of `ViTModel` / `ViTMAEModel`: CLS token, patch embedding, learned (ViT) or
+/// fixed sin-cos (ViT-MAE, stored in the checkpoint) position embeddings.
+#[derive(Module, Debug)]
+pub struct ViTEmbeddings {
+    /// `cls_token`: `[1, 1, D]`.
+    pub cls_token: Param<Tensor<3>>,
+    /// `position_embeddings`: `[1, 1 + Gh·Gw, D]` for the configured grid.
+    pub position_embeddings: Param<Tensor<3>>,
+    /// `patch_embeddings.projection`.
+    pub patch_embeddings: PatchEmbeddings,
+    /// The configured position grid `[Gh, Gw]`.
+    #[module(skip)]
+    pub grid: [usize; 2],
+    /// How the position grid is resized for other input sizes.
+    #[module(skip)]
+    pub resize: PosResize,
+}
+
+impl ViTEmbeddings {
+    /// New embeddings for `image_size / patch` grids.
+    pub fn new(channels: usize, hidden: usize, image_size: [usize; 2], patch: usize, init: &Initializer, device: &Device) -> Self {
+        let grid = [image_size[0] / patch, image_size[1] / patch];
+        Self {
+            cls_token: init.init([1, 1, hidden], device),
+            position_embeddings: init.init([1, 1 + grid[0] * grid[1], hidden], device),
+            patch_embeddings: PatchEmbeddings::new(channels, hidden, patch, init, device),
+            grid,
+            resize: PosResize::Size,
+        }
+    }
+
+    /// Position embeddings for a `[h, w]` patch grid, `[1, 1 + h·w, D]`. The configured grid is
+    /// returned as is; any other grid gets the patch part resampled bicubically
+    /// (transformers' `interpolate_pos_encoding`, `size=(h, w)`, `align_corners=False`).
+    pub fn position_embeddings_for(&self, hw: [usize; 2]) -> Tensor<3> {
+        let pos = self.position_embeddings.val();
+        if hw == self.grid {
+            return pos;
+        }
+        let [_, t, d] = pos.dims();
+        let cls = pos.clone().slice([0..1, 0..1, 0..d]);
+        let patches = pos.slice([0..1, 1..t, 0..d]);
+        let patches = interpolate_pos_grid(patches, self.grid, hw, self.resize, false);
+        Tensor::cat(vec![cls, patches], 1)
+    }
+
+    /// `[N, C, H, W]` → `[N, 1 + h·w, D]`: `[CLS; patches] + position embeddings`.
+    pub fn forward(&self, pixel_values: Tensor<4>) -> Tensor<3> {
+        let (patches, hw) = self.patch_embeddings.forward(pixel_values);
+        let [n, _, d] = patches.dims();
+        let cls = self.cls_token.val().expand([n, 1, d]);
+        let x = Tensor::cat(vec![cls, patches], 1);
+        x + self.position_embeddings_for(hw)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Encoder
+// ---------------------------------------------------------------------------------------------
+
+/// Sizes of one ViT block.
+#[derive(Debug, Clone, Copy)]
+pub struct ViTBlockSpec {
+    /// Width `D`.
+    pub hidden_size: usize,
+    /// Heads `H`.
+    pub num_heads: usize,
+    /// MLP width.
+    pub intermediate_size: usize,
+    /// MLP activation.
+    pub act: Activation,
+    /// LayerNorm epsilon.
+    pub layer_norm_eps: f64,
+    /// Bias on query/key/value.
+    pub qkv_bias: bool,
+}
+
+pub(crate) fn linear(d_in: usize, d_out: usize, bias: bool, init: &Initializer, device: &Device) -> Linear {
+    LinearConfig::new(d_in, d_out).with_bias(bias).with_initializer(init.clone()).init(device)
+}
+
+/// `attention.attention`: the query/key/value projections.
+#[derive(Module, Debug)]
+pub struct ViTSelfAttention {
+    /// `query`: `D → D`.
+    pub query: Linear,
+    /// `key`: `D → D`.
+    pub key: Linear,
+    /// `value`: `D → D`.
+    pub value: Linear,
+    /// Number of heads.
+    #[module(skip)]
+    pub num_heads: usize,
+}
+
+impl ViTSelfAttention {
+    /// New projections.
+    pub fn new(spec: &ViTBlockSpec, init: &Initializer, device: &Device) -> Self {
+        let d = spec.hidden_size;
+        Self {
+            query: linear(d, d, spec.qkv_bias, init, device),
+            key: linear(d, d, spec.qkv_bias, init, device),
+            value: linear(d, d, spec.qkv_bias, init, device),
+            num_heads: spec.num_heads,
+        }
+    }
+
+    /// `[N, T, D]` → context `[N, T, D]` (before `attention.output.dense`) and, when
+    /// `need_probs`, the probabilities `[N, H, T, T]`.
+    pub fn forward(&self, x: Tensor<3>, need_probs: bool) -> (Tensor<3>, Option<Tensor<4>>) {
+        let q = self.query.forward(x.clone());
+        let k = self.key.forward(x.clone());
+        let v = self.value.forward(x);
+        multi_head_attention(q, k, v, self.num_heads, &AttentionMask::None, None, need_probs)
+    }
+}
+
+/// A module with a single `dense` linear layer (`attention.output`, `output`, `pooler`).
+#[derive(Module, Debug)]
+pub struct Dense {
+    /// `dense`.
+    pub dense: Linear,
+}
+
+/// `attention`: self-attention and its output projection.
+#[derive(Module, Debug)]
+pub struct ViTAttention {
+    /// `attention.attention`.
+    pub attention: ViTSelfAttention,
+    /// `attention.output.dense`: `D → D`.
+    pub output: Dense,
+}
+
+impl ViTAttention {
+    /// New self-attention with output projection (`D → D` each).
+    pub fn new(spec: &ViTBlockSpec, init: &Initializer, device: &Device) -> Self {
+        let d = spec.hidden_size;
+        Self { attention: ViTSelfAttention::new(spec, init, device), output: Dense { dense: linear(d, d, true, init, device) } }
+    }
+
+    /// `[N, T, D]` → `output.dense(attention(x))`, `[N, T, D]`, with the probabilities
+    /// `[N, H, T, T]` when `need_probs`.
+    pub fn forward(&self, x: Tensor<3>, need_probs: bool) -> (Tensor<3>, Option<Tensor<4>>) {
+        let (ctx, probs) = self.attention.forward(x, need_probs);
+        (self.output.dense.forward(ctx), probs)
+    }
+}
+
+/// `intermediate`: `dense` (`D → intermediate`) then the activation.
+#[derive(Module, Debug)]
+pub struct ViTIntermediate {
+    /// `dense`.
+    pub dense: Linear,
+    /// `hidden_act`.
+    #[module(skip)]
+    pub act: Activation,
+}
+
+/// One pre-norm ViT block (`ViTLayer`):
+/// `x = x + attn(layernorm_before(x))`, `x = x + output.dense(act(intermediate.dense(layernorm_after(x))))`.
+#[derive(Module, Debug)]
+pub struct ViTLayer {
+    /// `attention`.
+    pub attention: ViTAttention,
+    /// `intermediate`.
+    pub intermediate: ViTIntermediate,
+    /// `output.dense`: `intermediate → D`.
+    pub output: Dense,
+    /// `layernorm_before`.
+    pub layernorm_before: LayerNorm,
+    /// `layernorm_after`.
+    pub layernorm_after: LayerNorm,
+}
+
+impl ViTLayer {
+    /// New block.
+    pub fn new(spec: &ViTBlockSpec, init: &Initializer, device: &Device) -> Self {
+        let d = spec.hidden_size;
+        let ln = || LayerNormConfig::new(d).with_epsilon(spec.layer_norm_eps).init(device);
+        Self {
+            attention: ViTAttention::new(spec, init, device),
+            intermediate: ViTIntermediate { dense: linear(d, spec.intermediate_size, true, init, device), act: spec.act },
+            output: Dense { dense: linear(spec.intermediate_size, d, true, init, device) },
+            layernorm_before: ln(),
+            layernorm_after: ln(),
+        }
+    }
+
+    /// `[N, T, D]` → `[N, T, D]`, with the attention probabilities `[N, H, T, T]` when asked.
+    pub fn forward(&self, x: Tensor<3>, need_probs: bool) -> (Tensor<3>, Option<Tensor<4>>) {
+        let (a, probs) = self.attention.forward(self.layernorm_before.forward(x.clone()), need_probs);
+        let x = a + x;
+        let h = self.intermediate.act.forward(self.intermediate.dense.forward(self.layernorm_after.forward(x.clone())));
+        (self.output.dense.forward(h) + x, probs)
+    }
+}
+
+/// `encoder`: the stack of blocks.
+#[derive(Module, Debug)]
+pub struct ViTEncoder {
+    /// `layer.N`.
+    pub layer: Vec<ViTLayer>,
+}
+
+/// What a stack of blocks returns: last output, and on request every hidden state (`L + 1`,
+/// the input first) and every attention map (`L`).
+pub(crate) type StackOutput = (Tensor<3>, Option<Vec<Tensor<3>>>, Option<Vec<Tensor<4>>>);
+
+impl ViTEncoder {
+    /// `num_layers` new blocks.
+    pub fn new(num_layers: usize, spec: &ViTBlockSpec, init: &Initializer, device: &Device) -> Self {
+        Self { layer: (0..num_layers).map(|_| ViTLayer::new(spec, init, device)).collect() }
+    }
+
+    /// Runs every block on the embeddings output `x: [N, T, D]`.
+    pub fn forward(&self, x: Tensor<3>, opts: ForwardOptions) -> (Tensor<3>, Option<Vec<Tensor<3>>>, Option<Vec<Tensor<4>>>) {
+        run_stack(&self.layer, x, opts, |l, x, p| l.forward(x, p))
+    }
+}
+
+/// Runs `layers` in order, collecting hidden states and attentions as `opts` asks.
+pub(crate) fn run_stack<L>(
+    layers: &[L],
+    mut x: Tensor<3>,
+    opts: ForwardOptions,
+    f: impl Fn(&L, Tensor<3>, bool) -> (Tensor<3>, Option<Tensor<4>>),
+) -> StackOutput {
+    let mut hidden = opts.output_hidden_states.then(Vec::new);
+    let mut attns = opts.output_attentions.then(Vec::new);
+    for l in layers {
+        if let Some(h) = hidden.as_mut() {
+            h.push(x.clone());
+        }
+        let (y, p) = f(l, x, opts.output_attentions);
+        x = y;
+        if let (Some(a), Some(p)) = (attns.as_mut(), p) {
+            a.push(p);
+        }
+    }
+    if let Some(h) = hidden.as_mut() {
+        h.push(x.clone());
+    }
+    (x, hidden, attns)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Model
+// ---------------------------------------------------------------------------------------------
+
+/// `ViTPooler`: `act(dense(CLS))`.
+#[derive(Module, Debug)]
+pub struct ViTPooler {
+    /// `pooler.dense`: `D → pooler_output_size`.
+    pub dense: Linear,
+    /// `pooler_act` (tanh).
+    #[module(skip)]
+    pub act: Activation,
+}
+
+/// transformers' `ViTModel`.
+#[derive(Module, Debug)]
+pub struct ViTModel {
+    /// `embeddings`.
+    pub embeddings: ViTEmbeddings,
+    /// `encoder`.
+    pub encoder: ViTEncoder,
+    /// `layernorm`: the final norm.
+    pub layernorm: LayerNorm,
+    /// `pooler`, when the checkpoint has one.
+    pub pooler: Option<ViTPooler>,
+    /// The config the model was built from.
+    #[module(skip)]
+    pub config: ViTConfig,
+}
+
+impl ViTModel {
+    /// Builds the module tree for `config` with parameters drawn from `init`.
+    ///
+    /// # Errors
+    /// [`ModelError::Unsupported`] for an unknown activation or inconsistent sizes.
+    pub fn new(config: &ViTConfig, with_pooler: bool, init: &Initializer, device: &Device, file: &str) -> Result<Self, ModelError> {
+        check_sizes(
+            file,
+            config.hidden_size,
+            config.num_attention_heads,
+            config.patch_size,
+            &[("hidden_size", config.hidden_size), ("intermediate_size", config.intermediate_size), ("num_channels", config.num_channels)],
+        )?;
+        let spec = ViTBlockSpec {
+            hidden_size: config.hidden_size,
+            num_heads: config.num_attention_heads,
+            intermediate_size: config.intermediate_size,
+            act: Activation::parse(&config.hidden_act, "hidden_act", file)?,
+            layer_norm_eps: config.layer_norm_eps,
+            qkv_bias: config.qkv_bias,
+        };
+        let pooler = if with_pooler {
+            let out = config.pooler_output_size.unwrap_or(config.hidden_size);
+            Some(ViTPooler {
+                dense: linear(config.hidden_size, out, true, init, device),
+                act: Activation::parse(&config.pooler_act, "pooler_act", file)?,
+            })
+        } else {
+            None
+        };
+        Ok(Self {
+            embeddings: ViTEmbeddings::new(config.num_channels, config.hidden_size, config.image_size, config.patch_size, init, device),
+            encoder: ViTEncoder::new(config.num_hidden_layers, &spec, init, device),
+            layernorm: LayerNormConfig::new(config.hidden_size).with_epsilon(config.layer_norm_eps).init(device),
+            pooler,
+            config: config.clone(),
+        })
+    }
+
+    /// A randomly initialized model (normal, std 0.02, as transformers' `initializer_range`),
+    /// with a pooler; for benchmarks and tests.
+    ///
+    /// # Errors
+    /// As [`ViTModel::new`].
+    pub fn init_random(config: &ViTConfig, device: &Device) -> Result<Self, ModelError> {
+        Self::new(config, true, &Initializer::Normal { mean: 0.0, std: 0.02 }, device, "<config>")
+    }
+
+    /// Loads a `ViTModel` (or the `vit.` backbone of a `ViTForImageClassification`) strictly.
+    ///
+    /// Besides `opts`, the loader strips a `vit.` prefix when the checkpoint has one, then ignores
+    /// `classifier.*` (the classification head) and `*.position_ids` buffers. The pooler is built
+    /// when `pooler.dense.weight` is present.
+    ///
+    /// # Errors
+    /// [`ModelError::Checkpoint`] for a bad `config.json`, [`ModelError::Unsupported`] for an
+    /// unsupported setting, [`ModelError::Load`] listing every missing / unexpected key and
+    /// every shape mismatch (with the model's and the file's shapes).
+    pub fn load(ckpt: &Checkpoint, device: &Device, opts: &LoadOptions) -> Result<Self, ModelError> {
+        let config: ViTConfig = ckpt.read_config()?;
+        let shapes = checkpoint_shapes(ckpt)?;
+        let mut opts = opts.clone();
+        let prefixed = !shapes.contains_key("embeddings.cls_token") && shapes.contains_key("vit.embeddings.cls_token");
+        if prefixed {
+            opts.remap.push(("^vit\\.".into(), String::new()));
+            opts.benign_unused.push("^classifier\\.".into());
+        }
+        opts.benign_unused.push("(^|\\.)position_ids$".into());
+        let with_pooler = shapes.contains_key(if prefixed { "vit.pooler.dense.weight" } else { "pooler.dense.weight" });
+        let model = Self::new(&config, with_pooler, &Initializer::Zeros, device, &ckpt.config.display().to_string())?;
+        Ok(load_strict(model, &ckpt.weights, &opts)?)
+    }
+
+    /// Full forward pass.
+    ///
+    /// # Shapes
+    /// `pixel_values: [N, C, H, W]` (any size ≥ one patch; position embeddings are resampled
+    /// for sizes other than the configured one — transformers requires
+    /// `interpolate_pos_encoding=True` for that) → `last_hidden_state: [N, 1 + h·w, D]`
+    /// (after the final layernorm), `pooler_output: [N, D']` (`tanh(dense(CLS))`; without a
+    /// pooler in the checkpoint, the CLS token of `last_hidden_state`), `hidden_states`:
+    /// `L + 1` tensors `[N, T, D]` (before the final layernorm, as transformers), `attentions`:
+    /// `L` tensors `[N, H, T, T]`.
+    pub fn forward(&self, pixel_values: Tensor<4>, opts: ForwardOptions) -> EncoderOutput {
+        let x = self.embeddings.forward(pixel_values);
+        let (x, hidden_states, attentions) = self.encoder.forward(x, opts);
+        let last_hidden_state = self.layernorm.forward(x);
+        let pooler_output = self.pool(last_hidden_state.clone());
+        EncoderOutput { last_hidden_state, pooler_output, hidden_states, attentions }
+    }
+
+    /// The pooler on a normalized sequence, or its CLS token when there is no pooler.
+    fn pool(&self, normed: Tensor<3>) -> Tensor<2> {
+        let cls = token(normed, 0);
+        match &self.pooler {
+            Some(p) => p.act.forward(p.dense.forward(cls)),
+            None => cls,
+        }
+    }
+}
+
+impl VisionEncoder for ViTModel {
+    fn forward_vision(&self, pixel_values: Tensor<4>, opts: ForwardOptions) -> EncoderOutput {
+        self.forward(pixel_values, opts)
+    }
+
+    fn num_prefix_tokens(&self) -> usize {
+        1
+    }
+
+    /// Final layernorm, then: `Pooled` = pooler output (CLS when the checkpoint has no pooler),
+    /// `Summary` = CLS, `MeanPatch` = mean of the patch tokens.
+    fn readout(&self, hidden: Tensor<3>, readout: VisionReadout) -> Tensor<2> {
+        let normed = self.layernorm.forward(hidden);
+        match readout {
+            VisionReadout::Pooled => self.pool(normed),
+            VisionReadout::Summary => token(normed, 0),
+            VisionReadout::MeanPatch => mean_patch(normed, 1),
+        }
+    }
+
+    fn info(&self) -> ModelInfo {
+        let c = &self.config;
+        ModelInfo {
+            model_type: "vit".into(),
+            hidden_size: c.hidden_size,
+            embed_dim: self.pooler.as_ref().map_or(c.hidden_size, |p| p.dense.weight.dims()[1]),
+            num_layers: c.num_hidden_layers,
+            num_heads: c.num_attention_heads,
+            num_params: self.num_params(),
+            input_size: c.image_size,
+            patch_size: c.patch_size,
+        }
+    }
+}
