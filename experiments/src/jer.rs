@@ -58,9 +58,10 @@ pub struct JerArgs {
     /// Also compute JER at the output of every block (pooled like the final output).
     #[arg(long)]
     depth: bool,
-    /// Input size HxW (default: the model's configured image size).
-    #[arg(long)]
-    size: Option<String>,
+    /// Probe image size HxW; the paper uses 224×224 for every model (DINOv2's position
+    /// embeddings are interpolated from their 518-pixel grid, as transformers does).
+    #[arg(long, default_value = "224x224")]
+    size: String,
     /// Run directory (with several models: the parent of one directory per model).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -171,10 +172,7 @@ fn run_model(
     let model: Box<dyn VisionEncoder> = bindscope_models::registry::load_vision(&ckpt, &ad, &args.model_opts.load_options())
         .with_context(|| format!("loading vision encoder of '{spec}'"))?;
     let info = model.info();
-    let [h, w] = match &args.size {
-        Some(s) => parse_size(s)?,
-        None => info.input_size,
-    };
+    let [h, w] = parse_size(&args.size)?;
     let (mean, std) = match args.normalize.as_str() {
         "model" => model_normalization(&ckpt)?,
         _ => (IMAGENET_MEAN, IMAGENET_STD),
