@@ -1,0 +1,1028 @@
+//! CLIP: contrastive image–text pre-training, vision and text towers with their projections.
+//!
+//! - Paper: Radford et al., *Learning Transferable Visual Models From Natural Language
+//!   Supervision* (2021), <https://arxiv.org/abs/2103.00020>.
+//! - Reference implementation: Hugging Face transformers `CLIPModel`
+//!   (`models/clip/modeling_clip.py`): `CLIPVisionTransformer`, `CLIPTextTransformer`,
+//!   `visual_projection`, `text_projection`.
+//!
+//! Module field paths mirror the checkpoint keys (`vision_model.pre_layrnorm`, sic;
+//! `text_model.encoder.layers.N.self_attn.q_proj`, ...), so a `CLIPModel` checkpoint loads with
+//! no remapping:
+//!
+//! ```no_run
+//! use bindscope_core::{Checkpoint, LoadOptions};
+//! use bindscope_models::clip::{ClipModel, ClipVisionModel};
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let device = burn::tensor::Device::default();
+//! let ckpt = Checkpoint::resolve("openai/clip-vit-base-patch32")?;
+//! // Both towers:
+//! let clip = ClipModel::load(&ckpt, &device, &LoadOptions::default())?;
+//! // Only the vision tower (the text keys of the file are ignored):
+//! let vision = ClipVisionModel::load(&ckpt, &device, &LoadOptions::default())?;
+//! # let _ = (clip, vision); Ok(()) }
+//! ```
+//!
+//! Behaviour that matches transformers exactly:
+//! - the activation comes from `hidden_act` (`quick_gelu` for OpenAI CLIP, `gelu` for others);
+//! - the vision `last_hidden_state` is the encoder output *without* `post_layernorm`;
+//!   `pooler_output = post_layernorm(CLS)`, `image_embeds = visual_projection(pooler_output)`;
+//! - other image sizes interpolate the patch position embeddings bicubically
+//!   (`align_corners=False`), as `interpolate_pos_encoding=True` does;
+//! - the text tower uses a causal mask plus the padding mask, applies `final_layer_norm` to
+//!   `last_hidden_state`, and pools the EOS token: at `argmax(input_ids)` when the config's
+//!   `eos_token_id == 2` (legacy configs), otherwise at the first position holding
+//!   `eos_token_id`.
+//!
+//! [`SiglipModel`](crate::siglip) reuses this file's encoder ([`ClipEncoder`]): the two
+//! families share block structure and key names.
+
+use crate::attention::{AttentionMask, multi_head_attention};
+use crate::{EncoderOutput, ForwardOptions, ModelError, ModelInfo, TextEncoder, VisionEncoder, VisionReadout};
+use bindscope_core::{Checkpoint, LoadOptions, load_strict};
+use burn::module::Param;
+use burn::nn::conv::{Conv2d, Conv2dConfig};
+use burn::nn::{Embedding, EmbeddingConfig, Initializer, LayerNorm, LayerNormConfig, Linear, LinearConfig};
+use burn::prelude::*;
+use burn::tensor::activation;
+use burn::tensor::module::interpolate;
+use burn::tensor::ops::{InterpolateMode, InterpolateOptions};
+use serde::Deserialize;
+use std::path::PathBuf;
+
+// ---------------------------------------------------------------------------------------------
+// Configuration
+// ---------------------------------------------------------------------------------------------
+
+/// The top-level `config.json` of a `CLIPModel` checkpoint (transformers `CLIPConfig`).
+#[derive(Debug, Clone, Deserialize)]
+pub struct ClipConfig {
+    /// `"clip"`.
+    #[serde(default = "default_clip_type")]
+    pub model_type: String,
+    /// Dimension of the shared image–text embedding space (`visual_projection` /
+    /// `text_projection` output).
+    #[serde(default = "d512")]
+    pub projection_dim: usize,
+    /// The vision tower.
+    #[serde(default)]
+    pub vision_config: ClipVisionConfig,
+    /// The text tower.
+    #[serde(default)]
+    pub text_config: ClipTextConfig,
+}
+
+/// transformers `CLIPVisionConfig`; defaults are transformers' (ViT-B/32).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct ClipVisionConfig {
+    /// `"clip_vision_model"` for a standalone vision checkpoint.
+    pub model_type: String,
+    /// Width `D` of the transformer.
+    pub hidden_size: usize,
+    /// Width of the MLP.
+    pub intermediate_size: usize,
+    /// Output size of `visual_projection` (used by standalone `CLIPVisionModelWithProjection`
+    /// checkpoints; a `CLIPModel` uses the top-level `projection_dim`).
+    pub projection_dim: usize,
+    /// Number of blocks `L`.
+    pub num_hidden_layers: usize,
+    /// Number of attention heads `H`.
+    pub num_attention_heads: usize,
+    /// Input channels.
+    pub num_channels: usize,
+    /// Training image size (square).
+    pub image_size: usize,
+    /// Patch size (square).
+    pub patch_size: usize,
+    /// MLP activation (`quick_gelu`, `gelu`, `gelu_new`, `gelu_pytorch_tanh`, `relu`).
+    pub hidden_act: String,
+    /// LayerNorm epsilon.
+    pub layer_norm_eps: f64,
+}
+
+impl Default for ClipVisionConfig {
+    fn default() -> Self {
+        Self {
+            model_type: "clip_vision_model".into(),
+            hidden_size: 768,
+            intermediate_size: 3072,
+            projection_dim: 512,
+            num_hidden_layers: 12,
+            num_attention_heads: 12,
+            num_channels: 3,
+            image_size: 224,
+            patch_size: 32,
+            hidden_act: "quick_gelu".into(),
+            layer_norm_eps: 1e-5,
+        }
+    }
+}
+
+/// transformers `CLIPTextConfig`; defaults are transformers'.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct ClipTextConfig {
+    /// `"clip_text_model"` for a standalone text checkpoint.
+    pub model_type: String,
+    /// Vocabulary size.
+    pub vocab_size: usize,
+    /// Width `D` of the transformer.
+    pub hidden_size: usize,
+    /// Width of the MLP.
+    pub intermediate_size: usize,
+    /// Output size of `text_projection` for standalone `CLIPTextModelWithProjection`
+    /// checkpoints.
+    pub projection_dim: usize,
+    /// Number of blocks `L`.
+    pub num_hidden_layers: usize,
+    /// Number of attention heads `H`.
+    pub num_attention_heads: usize,
+    /// Maximum sequence length.
+    pub max_position_embeddings: usize,
+    /// MLP activation.
+    pub hidden_act: String,
+    /// LayerNorm epsilon.
+    pub layer_norm_eps: f64,
+    /// Padding token id.
+    pub pad_token_id: Option<i64>,
+    /// Beginning-of-sequence token id.
+    pub bos_token_id: Option<i64>,
+    /// End-of-sequence token id; `2` selects the legacy `argmax(input_ids)` pooling rule.
+    pub eos_token_id: Option<i64>,
+}
+
+impl Default for ClipTextConfig {
+    fn default() -> Self {
+        Self {
+            model_type: "clip_text_model".into(),
+            vocab_size: 49408,
+            hidden_size: 512,
+            intermediate_size: 2048,
+            projection_dim: 512,
+            num_hidden_layers: 12,
+            num_attention_heads: 8,
+            max_position_embeddings: 77,
+            hidden_act: "quick_gelu".into(),
+            layer_norm_eps: 1e-5,
+            pad_token_id: Some(1),
+            bos_token_id: Some(49406),
+            eos_token_id: Some(49407),
+        }
+    }
+}
+
+fn default_clip_type() -> String {
+    "clip".into()
+}
+fn d512() -> usize {
+    512
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shared building blocks (also used by SigLIP)
+// ---------------------------------------------------------------------------------------------
+
+/// MLP activation named by a config's `hidden_act`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HiddenAct {
+    /// `quick_gelu`: `x · sigmoid(1.702 x)` (OpenAI CLIP).
+    QuickGelu,
+    /// `gelu`: exact, erf-based GELU.
+    Gelu,
+    /// `gelu_new` / `gelu_pytorch_tanh`: tanh approximation of GELU.
+    GeluTanh,
+    /// `relu`.
+    Relu,
+}
+
+impl HiddenAct {
+    /// Parses a transformers activation name.
+    ///
+    /// # Errors
+    /// [`ModelError::Unsupported`] naming the supported activations.
+    pub fn parse(name: &str, file: &std::path::Path) -> Result<Self, ModelError> {
+        match name {
+            "quick_gelu" => Ok(Self::QuickGelu),
+            "gelu" => Ok(Self::Gelu),
+            "gelu_new" | "gelu_pytorch_tanh" => Ok(Self::GeluTanh),
+            "relu" => Ok(Self::Relu),
+            other => Err(ModelError::Unsupported {
+                file: file.display().to_string(),
+                message: format!(
+                    "hidden_act '{other}' is not implemented (supported: quick_gelu, gelu, gelu_new, gelu_pytorch_tanh, relu)"
+                ),
+            }),
+        }
+    }
+
+    /// Applies the activation elementwise.
+    pub fn forward<const D: usize>(self, x: Tensor<D>) -> Tensor<D> {
+        match self {
+            Self::QuickGelu => x.clone() * activation::sigmoid(x * 1.702),
+            Self::Gelu => activation::gelu(x),
+            Self::GeluTanh => activation::gelu_approximate(x),
+            Self::Relu => activation::relu(x),
+        }
+    }
+}
+
+/// Sizes of one transformer encoder (CLIP / SigLIP tower).
+#[derive(Debug, Clone, Copy)]
+pub struct EncoderDims {
+    /// Width `D`.
+    pub hidden_size: usize,
+    /// MLP width.
+    pub intermediate_size: usize,
+    /// Number of blocks.
+    pub num_layers: usize,
+    /// Number of heads.
+    pub num_heads: usize,
+    /// LayerNorm epsilon.
+    pub layer_norm_eps: f64,
+    /// MLP activation.
+    pub act: HiddenAct,
+}
+
+pub(crate) fn linear(d_in: usize, d_out: usize, bias: bool, device: &Device) -> Linear {
+    LinearConfig::new(d_in, d_out).with_bias(bias).with_initializer(Initializer::Zeros).init(device)
+}
+
+pub(crate) fn layer_norm(d: usize, eps: f64, device: &Device) -> LayerNorm {
+    LayerNormConfig::new(d).with_epsilon(eps).init(device)
+}
+
+pub(crate) fn embedding(n: usize, d: usize, device: &Device) -> Embedding {
+    EmbeddingConfig::new(n, d).with_initializer(Initializer::Zeros).init(device)
+}
+
+/// Multi-head self-attention with separate projections (`self_attn.{q,k,v,out}_proj`;
+/// transformers `CLIPAttention`, `SiglipAttention`). Scale `Dh^-0.5`.
+#[derive(Module, Debug)]
+pub struct ClipAttention {
+    /// Query projection `D → D`.
+    pub q_proj: Linear,
+    /// Key projection `D → D`.
+    pub k_proj: Linear,
+    /// Value projection `D → D`.
+    pub v_proj: Linear,
+    /// Output projection `D → D`.
+    pub out_proj: Linear,
+    /// Number of heads.
+    pub num_heads: usize,
+}
+
+impl ClipAttention {
+    fn new(dims: &EncoderDims, device: &Device) -> Self {
+        let d = dims.hidden_size;
+        Self {
+            q_proj: linear(d, d, true, device),
+            k_proj: linear(d, d, true, device),
+            v_proj: linear(d, d, true, device),
+            out_proj: linear(d, d, true, device),
+            num_heads: dims.num_heads,
+        }
+    }
+
+    /// `[N, T, D]` → `[N, T, D]` and, when `need_probs`, the probabilities `[N, H, T, T]`.
+    pub fn forward(&self, x: Tensor<3>, mask: &AttentionMask, need_probs: bool) -> (Tensor<3>, Option<Tensor<4>>) {
+        let q = self.q_proj.forward(x.clone());
+        let k = self.k_proj.forward(x.clone());
+        let v = self.v_proj.forward(x);
+        let (ctx, probs) = multi_head_attention(q, k, v, self.num_heads, mask, None, need_probs);
+        (self.out_proj.forward(ctx), probs)
+    }
+}
+
+/// Two-layer MLP `fc1 → act → fc2` (transformers `CLIPMLP`, `SiglipMLP`).
+#[derive(Module, Debug)]
+pub struct ClipMlp {
+    /// `D → intermediate`.
+    pub fc1: Linear,
+    /// `intermediate → D`.
+    pub fc2: Linear,
+    /// Activation from `hidden_act`.
+    #[module(skip)]
+    pub act: HiddenAct,
+}
+
+impl ClipMlp {
+    pub(crate) fn new(d: usize, inner: usize, act: HiddenAct, device: &Device) -> Self {
+        Self { fc1: linear(d, inner, true, device), fc2: linear(inner, d, true, device), act }
+    }
+
+    /// `[.., D]` → `[.., D]`.
+    pub fn forward<const K: usize>(&self, x: Tensor<K>) -> Tensor<K> {
+        self.fc2.forward(self.act.forward(self.fc1.forward(x)))
+    }
+}
+
+/// One pre-norm block: `x + attn(ln1(x))`, then `x + mlp(ln2(x))` (transformers
+/// `CLIPEncoderLayer`, `SiglipEncoderLayer`).
+#[derive(Module, Debug)]
+pub struct ClipEncoderLayer {
+    /// Self-attention.
+    pub self_attn: ClipAttention,
+    /// Norm before the attention.
+    pub layer_norm1: LayerNorm,
+    /// MLP.
+    pub mlp: ClipMlp,
+    /// Norm before the MLP.
+    pub layer_norm2: LayerNorm,
+}
+
+impl ClipEncoderLayer {
+    /// `[N, T, D]` → `[N, T, D]`, with the attention probabilities when `need_probs`.
+    pub fn forward(&self, x: Tensor<3>, mask: &AttentionMask, need_probs: bool) -> (Tensor<3>, Option<Tensor<4>>) {
+        let (a, probs) = self.self_attn.forward(self.layer_norm1.forward(x.clone()), mask, need_probs);
+        let x = x + a;
+        let x = x.clone() + self.mlp.forward(self.layer_norm2.forward(x));
+        (x, probs)
+    }
+}
+
+/// The stack of blocks, `encoder.layers.N` (transformers `CLIPEncoder`, `SiglipEncoder`).
+#[derive(Module, Debug)]
+pub struct ClipEncoder {
+    /// The blocks.
+    pub layers: Vec<ClipEncoderLayer>,
+}
+
+/// What [`ClipEncoder::forward`] returns: the last output and, on request, every hidden state
+/// (`L + 1`, starting with the input) and every block's attention probabilities (`L`).
+pub type EncoderStates = (Tensor<3>, Option<Vec<Tensor<3>>>, Option<Vec<Tensor<4>>>);
+
+impl ClipEncoder {
+    /// A zero-initialised encoder of the given sizes (weights come from the checkpoint).
+    pub fn new(dims: &EncoderDims, device: &Device) -> Self {
+        let layers = (0..dims.num_layers)
+            .map(|_| ClipEncoderLayer {
+                self_attn: ClipAttention::new(dims, device),
+                layer_norm1: layer_norm(dims.hidden_size, dims.layer_norm_eps, device),
+                mlp: ClipMlp::new(dims.hidden_size, dims.intermediate_size, dims.act, device),
+                layer_norm2: layer_norm(dims.hidden_size, dims.layer_norm_eps, device),
+            })
+            .collect();
+        Self { layers }
+    }
+
+    /// Runs every block on `x: [N, T, D]`.
+    pub fn forward(&self, x: Tensor<3>, mask: &AttentionMask, opts: ForwardOptions) -> EncoderStates {
+        let mut hidden = opts.output_hidden_states.then(|| vec![x.clone()]);
+        let mut attns = opts.output_attentions.then(Vec::new);
+        let mut x = x;
+        for layer in &self.layers {
+            let (y, probs) = layer.forward(x, mask, opts.output_attentions);
+            x = y;
+            if let Some(h) = hidden.as_mut() {
+                h.push(x.clone());
+            }
+            if let (Some(a), Some(p)) = (attns.as_mut(), probs) {
+                a.push(p);
+            }
+        }
+        (x, hidden, attns)
+    }
+}
+
+/// Resamples a square grid of position embeddings `[g·g, D]` to `[gh·gw, D]` with bicubic
+/// interpolation, `align_corners=False` (torch `F.interpolate(mode="bicubic")`, as
+/// transformers' `interpolate_pos_encoding`).
+pub fn interpolate_grid_positions(pos: Tensor<2>, grid: usize, target: [usize; 2]) -> Tensor<2> {
+    let [_, d] = pos.dims();
+    if target == [grid, grid] {
+        return pos;
+    }
+    let img = pos.reshape([1, grid, grid, d]).permute([0, 3, 1, 2]); // [1, D, g, g]
+    let opts = InterpolateOptions::new(InterpolateMode::Bicubic)
+        .with_align_corners(false)
+        .with_output_size(target);
+    let out = interpolate(img, opts); // [1, D, gh, gw]
+    out.permute([0, 2, 3, 1]).reshape([target[0] * target[1], d])
+}
+
+/// Reads a scalar (rank-0 or one-element) float tensor, e.g. `logit_scale`, from the weight files.
+pub(crate) fn read_scalar(files: &[PathBuf], key: &str) -> Option<f32> {
+    use burn::store::{ModuleStore, SafetensorsStore, bridge};
+    for f in files {
+        let mut store = SafetensorsStore::from_file(f);
+        if let Ok(Some(t)) = store.get_tensor(key) {
+            let data = bridge::to_data(t).ok()?;
+            return data.convert::<f32>().try_to_vec::<f32>().ok()?.first().copied();
+        }
+    }
+    None
+}
+
+pub(crate) fn check_model_type(ckpt: &Checkpoint, found: &str, expected: &[&str]) -> Result<(), ModelError> {
+    if expected.contains(&found) {
+        Ok(())
+    } else {
+        Err(ModelError::Unsupported {
+            file: ckpt.config.display().to_string(),
+            message: format!("model_type '{found}' is not one of {expected:?}"),
+        })
+    }
+}
+
+/// Keys every CLIP / SigLIP checkpoint may hold without a parameter: buffers and the
+/// contrastive temperature / bias (read separately, see [`ClipModel::logit_scale`]).
+pub(crate) const BENIGN: &[&str] = &[r"position_ids$", r"^logit_scale$", r"^logit_bias$"];
+
+/// Strict load with the shared benign keys added and, when the caller gave no `only` filter,
+/// the tower's own key prefixes (so a vision tower loads from a two-tower file).
+pub(crate) fn load_module<M: Module>(
+    module: M,
+    ckpt: &Checkpoint,
+    opts: &LoadOptions,
+    default_only: &[&str],
+) -> Result<M, ModelError> {
+    let mut opts = opts.clone();
+    opts.benign_unused.extend(BENIGN.iter().map(|s| s.to_string()));
+    if opts.only.is_empty() {
+        opts.only = default_only.iter().map(|s| s.to_string()).collect();
+    }
+    Ok(load_strict(module, &ckpt.weights, &opts)?)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Vision tower
+// ---------------------------------------------------------------------------------------------
+
+/// Patch, class and position embeddings, `vision_model.embeddings` (transformers
+/// `CLIPVisionEmbeddings`).
+#[derive(Module, Debug)]
+pub struct ClipVisionEmbeddings {
+    /// The class token `[D]`.
+    pub class_embedding: Param<Tensor<1>>,
+    /// Patchify convolution `3 → D`, kernel = stride = patch size, no bias.
+    pub patch_embedding: Conv2d,
+    /// Learned positions `[1 + g², D]` (CLS first) for the training grid `g = image_size / patch`.
+    pub position_embedding: Embedding,
+    /// Patch size.
+    pub patch_size: usize,
+}
+
+impl ClipVisionEmbeddings {
+    /// `[N, C, H, W]` → `[N, 1 + (H/p)·(W/p), D]`. Position embeddings are interpolated
+    /// bicubically when the patch grid differs from the training grid.
+    pub fn forward(&self, pixel_values: Tensor<4>) -> Tensor<3> {
+        let patches = self.patch_embedding.forward(pixel_values); // [N, D, gh, gw]
+        let [n, d, gh, gw] = patches.dims();
+        let patches = patches.reshape([n, d, gh * gw]).swap_dims(1, 2); // [N, P, D]
+        let cls = self.class_embedding.val().reshape([1, 1, d]).expand([n, 1, d]);
+        let x = Tensor::cat(vec![cls, patches], 1); // [N, 1 + P, D]
+        let pos = self.position_embedding.weight.val(); // [1 + g², D]
+        let num_pos = pos.dims()[0] - 1;
+        let grid = (num_pos as f64).sqrt().round() as usize;
+        let cls_pos = pos.clone().slice([0..1, 0..d]);
+        let patch_pos = interpolate_grid_positions(pos.slice([1..num_pos + 1, 0..d]), grid, [gh, gw]);
+        let pos = Tensor::cat(vec![cls_pos, patch_pos], 0); // [1 + P, D]
+        x + pos.unsqueeze_dim::<3>(0)
+    }
+}
+
+/// `vision_model` (transformers `CLIPVisionTransformer`).
+#[derive(Module, Debug)]
+pub struct ClipVisionTransformer {
+    /// Patch + class + position embeddings.
+    pub embeddings: ClipVisionEmbeddings,
+    /// LayerNorm applied to the embeddings (sic: the checkpoint key is `pre_layrnorm`).
+    pub pre_layrnorm: LayerNorm,
+    /// The blocks.
+    pub encoder: ClipEncoder,
+    /// LayerNorm applied to the CLS token for `pooler_output`.
+    pub post_layernorm: LayerNorm,
+}
+
+impl ClipVisionTransformer {
+    fn new(cfg: &ClipVisionConfig, act: HiddenAct, device: &Device) -> Self {
+        let d = cfg.hidden_size;
+        let grid = cfg.image_size / cfg.patch_size;
+        let dims = EncoderDims {
+            hidden_size: d,
+            intermediate_size: cfg.intermediate_size,
+            num_layers: cfg.num_hidden_layers,
+            num_heads: cfg.num_attention_heads,
+            layer_norm_eps: cfg.layer_norm_eps,
+            act,
+        };
+        Self {
+            embeddings: ClipVisionEmbeddings {
+                class_embedding: Param::from_tensor(Tensor::zeros([d], device)),
+                patch_embedding: Conv2dConfig::new([cfg.num_channels, d], [cfg.patch_size, cfg.patch_size])
+                    .with_stride([cfg.patch_size, cfg.patch_size])
+                    .with_bias(false)
+                    .with_initializer(Initializer::Zeros)
+                    .init(device),
+                position_embedding: embedding(grid * grid + 1, d, device),
+                patch_size: cfg.patch_size,
+            },
+            pre_layrnorm: layer_norm(d, cfg.layer_norm_eps, device),
+            encoder: ClipEncoder::new(&dims, device),
+            post_layernorm: layer_norm(d, cfg.layer_norm_eps, device),
+        }
+    }
+
+    /// transformers `CLIPVisionTransformer.forward`: `[N, 3, H, W]` →
+    /// `last_hidden_state [N, 1 + P, D]` (no `post_layernorm`), `pooler_output =
+    /// post_layernorm(CLS) [N, D]`; hidden state 0 is the embeddings after `pre_layrnorm`.
+    pub fn forward(&self, pixel_values: Tensor<4>, opts: ForwardOptions) -> EncoderOutput {
+        let x = self.pre_layrnorm.forward(self.embeddings.forward(pixel_values));
+        let (last, hidden_states, attentions) = self.encoder.forward(x, &AttentionMask::None, opts);
+        let pooler_output = self.post_layernorm.forward(cls_token(last.clone()));
+        EncoderOutput { last_hidden_state: last, pooler_output, hidden_states, attentions }
+    }
+}
+
+fn cls_token(x: Tensor<3>) -> Tensor<2> {
+    let [n, _, d] = x.dims();
+    x.slice([0..n, 0..1, 0..d]).reshape([n, d])
+}
+
+/// The CLIP vision tower with its projection (transformers `CLIPVisionModelWithProjection`, or
+/// the vision half of `CLIPModel`): keys `vision_model.*` and `visual_projection.weight`.
+#[derive(Module, Debug)]
+pub struct ClipVisionModel {
+    /// The vision transformer.
+    pub vision_model: ClipVisionTransformer,
+    /// `D → E` projection into the joint space, no bias.
+    pub visual_projection: Linear,
+    /// The vision config.
+    #[module(skip)]
+    pub config: ClipVisionConfig,
+}
+
+impl ClipVisionModel {
+    /// Builds a zero-initialised vision tower projecting to `projection_dim`.
+    ///
+    /// # Errors
+    /// [`ModelError::Unsupported`] for an unknown `hidden_act` or a patch size that does not
+    /// divide the image size.
+    pub fn new(cfg: &ClipVisionConfig, projection_dim: usize, config_file: &std::path::Path, device: &Device) -> Result<Self, ModelError> {
+        let act = HiddenAct::parse(&cfg.hidden_act, config_file)?;
+        check_dims(cfg.hidden_size, cfg.num_attention_heads, config_file)?;
+        if cfg.patch_size == 0 || !cfg.image_size.is_multiple_of(cfg.patch_size) {
+            return Err(ModelError::Unsupported {
+                file: config_file.display().to_string(),
+                message: format!("vision patch_size {} does not divide image_size {}", cfg.patch_size, cfg.image_size),
+            });
+        }
+        Ok(Self {
+            vision_model: ClipVisionTransformer::new(cfg, act, device),
+            visual_projection: linear(cfg.hidden_size, projection_dim, false, device),
+            config: cfg.clone(),
+        })
+    }
+
+    /// Loads the vision tower from a `CLIPModel` checkpoint (`model_type` `clip`; the text keys
+    /// are ignored unless `opts.only` says otherwise) or a standalone
+    /// `CLIPVisionModelWithProjection` checkpoint (`clip_vision_model`). Strict: every vision
+    /// key must be present and used.
+    ///
+    /// # Errors
+    /// [`ModelError`] naming the config field or the missing / unexpected keys.
+    pub fn load(ckpt: &Checkpoint, device: &Device, opts: &LoadOptions) -> Result<Self, ModelError> {
+        let (cfg, proj) = match model_type(ckpt)?.as_str() {
+            "clip_vision_model" => {
+                let c: ClipVisionConfig = ckpt.read_config()?;
+                let p = c.projection_dim;
+                (c, p)
+            }
+            other => {
+                check_model_type(ckpt, other, &["clip"])?;
+                let c = ClipConfig::from_checkpoint(ckpt)?;
+                (c.vision_config, c.projection_dim)
+            }
+        };
+        let model = Self::new(&cfg, proj, &ckpt.config, device)?;
+        load_module(model, ckpt, opts, &[r"^vision_model\.", r"^visual_projection\."])
+    }
+
+    /// The full vision forward pass (transformers `CLIPVisionTransformer.forward`, with
+    /// position interpolation for other sizes).
+    pub fn forward(&self, pixel_values: Tensor<4>, opts: ForwardOptions) -> EncoderOutput {
+        self.vision_model.forward(pixel_values, opts)
+    }
+
+    /// `image_embeds = visual_projection(pooler_output)`: `[N, 3, H, W]` → `[N, E]`
+    /// (transformers `CLIPModel.get_image_features`).
+    pub fn image_embeds(&self, pixel_values: Tensor<4>) -> Tensor<2> {
+        let out = self.forward(pixel_values, ForwardOptions::default());
+        self.visual_projection.forward(out.pooler_output)
+    }
+}
+
+fn vision_readout(vm: &ClipVisionTransformer, proj: &Linear, hidden: Tensor<3>, readout: VisionReadout) -> Tensor<2> {
+    match readout {
+        VisionReadout::Pooled => proj.forward(vm.post_layernorm.forward(cls_token(hidden))),
+        VisionReadout::Summary => vm.post_layernorm.forward(cls_token(hidden)),
+        VisionReadout::MeanPatch => {
+            let [n, t, d] = hidden.dims();
+            let patches = vm.post_layernorm.forward(hidden.slice([0..n, 1..t, 0..d]));
+            patches.mean_dim(1).reshape([n, d])
+        }
+    }
+}
+
+impl VisionEncoder for ClipVisionModel {
+    fn forward_vision(&self, pixel_values: Tensor<4>, opts: ForwardOptions) -> EncoderOutput {
+        self.forward(pixel_values, opts)
+    }
+
+    fn num_prefix_tokens(&self) -> usize {
+        1
+    }
+
+    /// `Pooled`: `visual_projection(post_layernorm(CLS))` (= `image_embeds` on the last
+    /// layer); `Summary`: `post_layernorm(CLS)` (= `pooler_output`); `MeanPatch`: mean over
+    /// the patch tokens after `post_layernorm` (CLIP's final norm, applied token-wise).
+    fn readout(&self, hidden: Tensor<3>, readout: VisionReadout) -> Tensor<2> {
+        vision_readout(&self.vision_model, &self.visual_projection, hidden, readout)
+    }
+
+    /// Patch tokens after `post_layernorm` (CLIP's `last_hidden_state` has no final norm, so
+    /// it is applied here token-wise): `[N, P, D]`.
+    fn patch_tokens(&self, pixel_values: Tensor<4>) -> Tensor<3> {
+        let out = self.forward(pixel_values, ForwardOptions::default());
+        let [n, t, d] = out.last_hidden_state.dims();
+        self.vision_model.post_layernorm.forward(out.last_hidden_state.slice([0..n, 1..t, 0..d]))
+    }
+
+    fn info(&self) -> ModelInfo {
+        let c = &self.config;
+        ModelInfo {
+            model_type: "clip".into(),
+            hidden_size: c.hidden_size,
+            embed_dim: self.visual_projection.weight.dims()[1],
+            num_layers: c.num_hidden_layers,
+            num_heads: c.num_attention_heads,
+            num_params: self.num_params(),
+            input_size: [c.image_size, c.image_size],
+            patch_size: c.patch_size,
+        }
+    }
+}
+
+pub(crate) fn check_dims(hidden: usize, heads: usize, file: &std::path::Path) -> Result<(), ModelError> {
+    if heads == 0 || !hidden.is_multiple_of(heads) {
+        return Err(ModelError::Unsupported {
+            file: file.display().to_string(),
+            message: format!("hidden_size {hidden} is not divisible by num_attention_heads {heads}"),
+        });
+    }
+    Ok(())
+}
+
+pub(crate) fn model_type(ckpt: &Checkpoint) -> Result<String, ModelError> {
+    let v = ckpt.config_json()?;
+    Ok(v.get("model_type").and_then(|m| m.as_str()).unwrap_or("").to_string())
+}
+
+impl ClipConfig {
+    /// Reads `config.json`, merging the legacy `vision_config_dict` / `text_config_dict` over
+    /// `vision_config` / `text_config` as transformers' `CLIPConfig.__init__` does.
+    ///
+    /// # Errors
+    /// [`ModelError::Checkpoint`] naming the file and field.
+    pub fn from_checkpoint(ckpt: &Checkpoint) -> Result<Self, ModelError> {
+        let mut v = ckpt.config_json()?;
+        if let Some(obj) = v.as_object_mut() {
+            for tower in ["vision", "text"] {
+                if obj.get(&format!("{tower}_config")).is_some_and(|c| c.is_null()) {
+                    obj.remove(&format!("{tower}_config"));
+                }
+                let legacy = obj.get(&format!("{tower}_config_dict")).cloned();
+                if let Some(serde_json::Value::Object(extra)) = legacy {
+                    let entry = obj
+                        .entry(format!("{tower}_config"))
+                        .or_insert_with(|| serde_json::Value::Object(Default::default()));
+                    if entry.is_null() {
+                        *entry = serde_json::Value::Object(Default::default());
+                    }
+                    if let Some(base) = entry.as_object_mut() {
+                        for (k, val) in extra {
+                            base.insert(k, val);
+                        }
+                    }
+                }
+            }
+        }
+        serde_json::from_value(v).map_err(|e| {
+            ModelError::Checkpoint(bindscope_core::CheckpointError::BadJson {
+                path: ckpt.config.clone(),
+                message: e.to_string(),
+            })
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Text tower
+// ---------------------------------------------------------------------------------------------
+
+/// Token + position embeddings, `text_model.embeddings` (transformers `CLIPTextEmbeddings`,
+/// `SiglipTextEmbeddings`).
+#[derive(Module, Debug)]
+pub struct ClipTextEmbeddings {
+    /// `[vocab, D]`.
+    pub token_embedding: Embedding,
+    /// `[max_positions, D]`.
+    pub position_embedding: Embedding,
+}
+
+impl ClipTextEmbeddings {
+    pub(crate) fn new(vocab: usize, max_pos: usize, d: usize, device: &Device) -> Self {
+        Self { token_embedding: embedding(vocab, d, device), position_embedding: embedding(max_pos, d, device) }
+    }
+
+    /// `[N, T]` → `[N, T, D]` with positions `0..T`.
+    ///
+    /// # Panics
+    /// When `T` exceeds the number of position embeddings (as transformers raises).
+    pub fn forward(&self, input_ids: Tensor<2, Int>) -> Tensor<3> {
+        let [_, t] = input_ids.dims();
+        let [max_pos, d] = self.position_embedding.weight.dims();
+        assert!(t <= max_pos, "sequence length {t} exceeds max_position_embeddings {max_pos}");
+        let pos = self.position_embedding.weight.val().slice([0..t, 0..d]).unsqueeze_dim::<3>(0);
+        self.token_embedding.forward(input_ids) + pos
+    }
+}
+
+/// `text_model` (transformers `CLIPTextTransformer`).
+#[derive(Module, Debug)]
+pub struct ClipTextTransformer {
+    /// Token + position embeddings.
+    pub embeddings: ClipTextEmbeddings,
+    /// The blocks (causal).
+    pub encoder: ClipEncoder,
+    /// Final LayerNorm, applied to every token of `last_hidden_state`.
+    pub final_layer_norm: LayerNorm,
+    /// `eos_token_id` of the config (`2` = legacy argmax pooling).
+    pub eos_token_id: Option<i64>,
+}
+
+/// How CLIP's text tower finds the token to pool (transformers `CLIPTextTransformer.forward`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EosPooling {
+    /// Legacy configs (`eos_token_id == 2`): the position of the largest token id (the EOT
+    /// token has the largest id in the OpenAI vocabulary); first one on ties.
+    ArgmaxId,
+    /// The first position whose id equals this `eos_token_id` (position 0 if there is none,
+    /// as `argmax` of an all-false row).
+    FirstEos(i64),
+}
+
+impl EosPooling {
+    /// The rule transformers applies for a config's `eos_token_id`.
+    pub fn from_eos_token_id(eos: Option<i64>) -> Self {
+        match eos {
+            Some(2) => Self::ArgmaxId,
+            Some(id) => Self::FirstEos(id),
+            // transformers compares with None: never equal, so argmax of zeros = position 0.
+            None => Self::FirstEos(i64::MIN),
+        }
+    }
+
+    /// The pooled position of each row of `ids` (`[N][T]`, row-major).
+    pub fn positions(self, ids: &[i64], t: usize) -> Vec<usize> {
+        ids.chunks(t.max(1))
+            .map(|row| match self {
+                Self::ArgmaxId => {
+                    let mut best = 0;
+                    for (i, &v) in row.iter().enumerate() {
+                        if v > row[best] {
+                            best = i;
+                        }
+                    }
+                    best
+                }
+                Self::FirstEos(id) => row.iter().position(|&v| v == id).unwrap_or(0),
+            })
+            .collect()
+    }
+}
+
+/// Picks `x[n, pos[n], :]`: `[N, T, D]` → `[N, D]`.
+pub(crate) fn gather_tokens(x: Tensor<3>, pos: &[usize]) -> Tensor<2> {
+    let [n, t, d] = x.dims();
+    let device = x.device();
+    let flat: Vec<i64> = pos.iter().enumerate().map(|(i, &p)| (i * t + p) as i64).collect();
+    let idx = Tensor::<1, Int>::from_ints(flat.as_slice(), &device);
+    x.reshape([n * t, d]).select(0, idx)
+}
+
+impl ClipTextTransformer {
+    fn new(cfg: &ClipTextConfig, act: HiddenAct, device: &Device) -> Self {
+        let d = cfg.hidden_size;
+        let dims = EncoderDims {
+            hidden_size: d,
+            intermediate_size: cfg.intermediate_size,
+            num_layers: cfg.num_hidden_layers,
+            num_heads: cfg.num_attention_heads,
+            layer_norm_eps: cfg.layer_norm_eps,
+            act,
+        };
+        Self {
+            embeddings: ClipTextEmbeddings::new(cfg.vocab_size, cfg.max_position_embeddings, d, device),
+            encoder: ClipEncoder::new(&dims, device),
+            final_layer_norm: layer_norm(d, cfg.layer_norm_eps, device),
+            eos_token_id: cfg.eos_token_id,
+        }
+    }
+
+    /// The pooling rule of this config.
+    pub fn eos_pooling(&self) -> EosPooling {
+        EosPooling::from_eos_token_id(self.eos_token_id)
+    }
+
+    /// transformers `CLIPTextTransformer.forward`: `input_ids, attention_mask: [N, T]` →
+    /// `last_hidden_state [N, T, D]` (after `final_layer_norm`), `pooler_output [N, D]` (the
+    /// EOS token, see [`EosPooling`]); causal + padding mask.
+    pub fn forward(&self, input_ids: Tensor<2, Int>, attention_mask: Tensor<2, Int>, opts: ForwardOptions) -> EncoderOutput {
+        let [_, t] = input_ids.dims();
+        let ids: Vec<i64> = input_ids.to_data().convert::<i64>().try_into_vec::<i64>().expect("integer input_ids");
+        let x = self.embeddings.forward(input_ids);
+        let mask = AttentionMask::CausalPadding(attention_mask);
+        let (last, hidden_states, attentions) = self.encoder.forward(x, &mask, opts);
+        let last = self.final_layer_norm.forward(last);
+        let pos = self.eos_pooling().positions(&ids, t);
+        let pooler_output = gather_tokens(last.clone(), &pos);
+        EncoderOutput { last_hidden_state: last, pooler_output, hidden_states, attentions }
+    }
+}
+
+/// The CLIP text tower with its projection (transformers `CLIPTextModelWithProjection`, or the
+/// text half of `CLIPModel`): keys `text_model.*` and `text_projection.weight`.
+#[derive(Module, Debug)]
+pub struct ClipTextModel {
+    /// The text transformer.
+    pub text_model: ClipTextTransformer,
+    /// `D → E` projection into the joint space, no bias.
+    pub text_projection: Linear,
+    /// The text config.
+    #[module(skip)]
+    pub config: ClipTextConfig,
+}
+
+impl ClipTextModel {
+    /// Builds a zero-initialised text tower projecting to `projection_dim`.
+    ///
+    /// # Errors
+    /// [`ModelError::Unsupported`] for an unknown `hidden_act` or indivisible head count.
+    pub fn new(cfg: &ClipTextConfig, projection_dim: usize, config_file: &std::path::Path, device: &Device) -> Result<Self, ModelError> {
+        let act = HiddenAct::parse(&cfg.hidden_act, config_file)?;
+        check_dims(cfg.hidden_size, cfg.num_attention_heads, config_file)?;
+        Ok(Self {
+            text_model: ClipTextTransformer::new(cfg, act, device),
+            text_projection: linear(cfg.hidden_size, projection_dim, false, device),
+            config: cfg.clone(),
+        })
+    }
+
+    /// Loads the text tower from a `CLIPModel` checkpoint (`clip`; vision keys ignored unless
+    /// `opts.only` says otherwise) or a standalone `CLIPTextModelWithProjection` checkpoint
+    /// (`clip_text_model`). Strict.
+    ///
+    /// # Errors
+    /// [`ModelError`] naming the config field or the missing / unexpected keys.
+    pub fn load(ckpt: &Checkpoint, device: &Device, opts: &LoadOptions) -> Result<Self, ModelError> {
+        let (cfg, proj) = match model_type(ckpt)?.as_str() {
+            "clip_text_model" => {
+                let c: ClipTextConfig = ckpt.read_config()?;
+                let p = c.projection_dim;
+                (c, p)
+            }
+            other => {
+                check_model_type(ckpt, other, &["clip"])?;
+                let c = ClipConfig::from_checkpoint(ckpt)?;
+                (c.text_config, c.projection_dim)
+            }
+        };
+        let model = Self::new(&cfg, proj, &ckpt.config, device)?;
+        load_module(model, ckpt, opts, &[r"^text_model\.", r"^text_projection\."])
+    }
+
+    /// The full text forward pass (see [`ClipTextTransformer::forward`]).
+    pub fn forward(&self, input_ids: Tensor<2, Int>, attention_mask: Tensor<2, Int>, opts: ForwardOptions) -> EncoderOutput {
+        self.text_model.forward(input_ids, attention_mask, opts)
+    }
+
+    /// `text_embeds = text_projection(pooler_output)`: `[N, T]` → `[N, E]`
+    /// (transformers `CLIPModel.get_text_features`).
+    pub fn text_embeds(&self, input_ids: Tensor<2, Int>, attention_mask: Tensor<2, Int>) -> Tensor<2> {
+        let out = self.forward(input_ids, attention_mask, ForwardOptions::default());
+        self.text_projection.forward(out.pooler_output)
+    }
+}
+
+impl TextEncoder for ClipTextModel {
+    fn forward_text(&self, input_ids: Tensor<2, Int>, attention_mask: Tensor<2, Int>, opts: ForwardOptions) -> EncoderOutput {
+        self.forward(input_ids, attention_mask, opts)
+    }
+
+    fn embed_text(&self, input_ids: Tensor<2, Int>, attention_mask: Tensor<2, Int>) -> Tensor<2> {
+        self.text_embeds(input_ids, attention_mask)
+    }
+
+    fn info(&self) -> ModelInfo {
+        let c = &self.config;
+        ModelInfo {
+            model_type: "clip".into(),
+            hidden_size: c.hidden_size,
+            embed_dim: self.text_projection.weight.dims()[1],
+            num_layers: c.num_hidden_layers,
+            num_heads: c.num_attention_heads,
+            num_params: self.num_params(),
+            input_size: [c.max_position_embeddings, 0],
+            patch_size: 0,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Both towers
+// ---------------------------------------------------------------------------------------------
+
+/// transformers `CLIPModel`: both towers and both projections, under the checkpoint's own key
+/// names. Split it with [`ClipModel::into_towers`] to use the [`VisionEncoder`] /
+/// [`TextEncoder`] traits.
+#[derive(Module, Debug)]
+pub struct ClipModel {
+    /// Vision transformer.
+    pub vision_model: ClipVisionTransformer,
+    /// `D_v → E`, no bias.
+    pub visual_projection: Linear,
+    /// Text transformer.
+    pub text_model: ClipTextTransformer,
+    /// `D_t → E`, no bias.
+    pub text_projection: Linear,
+    /// The config.
+    #[module(skip)]
+    pub config: ClipConfig,
+    /// The checkpoint's `logit_scale` (log of the inverse temperature), when present.
+    #[module(skip)]
+    pub logit_scale: Option<f32>,
+}
+
+impl ClipModel {
+    /// Loads a `CLIPModel` checkpoint strictly (every key of both towers; `position_ids` and
+    /// `logit_scale` are not parameters, `logit_scale` is read into [`ClipModel::logit_scale`]).
+    ///
+    /// # Errors
+    /// [`ModelError`] naming the config field or the missing / unexpected keys.
+    pub fn load(ckpt: &Checkpoint, device: &Device, opts: &LoadOptions) -> Result<Self, ModelError> {
+        check_model_type(ckpt, &model_type(ckpt)?, &["clip"])?;
+        let cfg = ClipConfig::from_checkpoint(ckpt)?;
+        let v = ClipVisionModel::new(&cfg.vision_config, cfg.projection_dim, &ckpt.config, device)?;
+        let t = ClipTextModel::new(&cfg.text_config, cfg.projection_dim, &ckpt.config, device)?;
+        let model = Self {
+            vision_model: v.vision_model,
+            visual_projection: v.visual_projection,
+            text_model: t.text_model,
+            text_projection: t.text_projection,
+            config: cfg,
+            logit_scale: None,
+        };
+        let mut model = load_module(model, ckpt, opts, &[])?;
+        model.logit_scale = read_scalar(&ckpt.weights, "logit_scale");
+        Ok(model)
+    }
+
+    /// Splits into the vision and text towers.
+    pub fn into_towers(self) -> (ClipVisionModel, ClipTextModel) {
+        (
+            ClipVisionModel {
+                vision_model: self.vision_model,
+                visual_projection: self.visual_projection,
+                config: self.config.vision_config,
+            },
+            ClipTextModel { text_model: self.text_model, text_projection: self.text_projection, config: self.config.text_config },
+        )
+    }
+
+    /// Vision forward pass, see [`ClipVisionTransformer::forward`].
+    pub fn forward_vision(&self, pixel_values: Tensor<4>, opts: ForwardOptions) -> EncoderOutput {
+        self.vision_model.forward(pixel_values, opts)
+    }
+
+    /// Text forward pass, see [`ClipTextTransformer::forward`].
+    pub fn forward_text(&self, input_ids: Tensor<2, Int>, attention_mask: Tensor<2, Int>, opts: ForwardOptions) -> EncoderOutput {
+        self.text_model.forward(input_ids, attention_mask, opts)
+    }
+
+    /// `image_embeds [N, E]` (transformers `get_image_features`).
+    pub fn image_embeds(&self, pixel_values: Tensor<4>) -> Tensor<2> {
+        self.visual_projection.forward(self.forward_vision(pixel_values, ForwardOptions::default()).pooler_output)
+    }
+
+    /// `text_embeds [N, E]` (transformers `get_text_features`).
+    pub fn text_embeds(&self, input_ids: Tensor<2, Int>, attention_mask: Tensor<2, Int>) -> Tensor<2> {
+        self.text_projection.forward(self.forward_text(input_ids, attention_mask, ForwardOptions::default()).pooler_output)
+    }
+
+    /// Vision readout of a hidden state of any depth, as [`VisionEncoder::readout`].
+    pub fn readout(&self, hidden: Tensor<3>, readout: VisionReadout) -> Tensor<2> {
+        vision_readout(&self.vision_model, &self.visual_projection, hidden, readout)
+    }
+}
