@@ -181,3 +181,32 @@ pub trait TextEncoder: Send + Sync {
     /// Static facts about the model.
     fn info(&self) -> ModelInfo;
 }
+
+/// Re-initialises every weight matrix / kernel / embedding table (float parameters of rank ≥ 2)
+/// of `module` with N(0, `std`²), keeping rank-1 parameters (biases, LayerNorm γ/β, layer
+/// scales, class embeddings) as the constructor set them. The standard "random-initialised
+/// encoder" floor of the binding studies (timm / transformers use std 0.02), and random weights
+/// for benchmarks.
+///
+/// Deterministic for a given `seed` on a given device (burn's device RNG is seeded first).
+pub fn randomize<M: burn::module::Module>(module: M, std: f64, seed: u64) -> M {
+    struct Randomizer {
+        std: f64,
+    }
+    impl burn::module::ModuleMapper for Randomizer {
+        fn map_float<const D: usize>(&mut self, param: burn::module::Param<Tensor<D>>) -> burn::module::Param<Tensor<D>> {
+            if D < 2 {
+                return param;
+            }
+            let std = self.std;
+            param.map(|t| {
+                let device = t.device();
+                Tensor::random(t.shape(), burn::tensor::Distribution::Normal(0.0, std), &device)
+            })
+        }
+    }
+    if let Some(device) = module.devices().first() {
+        device.seed(seed);
+    }
+    module.map(&mut Randomizer { std })
+}
