@@ -14,26 +14,66 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use std::path::Path;
 use std::time::Duration;
 
-fn bench_model(g: &mut criterion::BenchmarkGroup<criterion::measurement::WallTime>, name: &str, model: &dyn VisionEncoder, dim: usize) {
+fn bench_model(
+    g: &mut criterion::BenchmarkGroup<criterion::measurement::WallTime>,
+    name: &str,
+    model: &dyn VisionEncoder,
+    dim: usize,
+) {
     let cpu = Device::flex();
     let spec = ProbeSpec::paper(224, 224);
     let f = |x: Tensor<4>| vec![model.embed(x, VisionReadout::Pooled)];
     g.bench_function(name, |b| {
-        b.iter(|| jer_at(&f, &spec, &[dim], 32, Estimator::OutputSketch, 42, 0, 32, &cpu).expect("jer"))
+        b.iter(|| {
+            jer_at(
+                &f,
+                &spec,
+                &[dim],
+                32,
+                Estimator::OutputSketch,
+                42,
+                0,
+                32,
+                &cpu,
+            )
+            .expect("jer")
+        })
     });
 }
 
 fn jer_sketch(c: &mut Criterion) {
     let ad = Device::flex().autodiff();
-    let dino_cfg: Dinov2Config = serde_json::from_str(include_str!("configs/dinov2-small.json")).expect("config");
-    let dino = Dinov2Model::init_random(&dino_cfg, &ad).expect("dinov2").no_grad();
-    let clip_cfg: ClipConfig = serde_json::from_str(include_str!("configs/clip-vit-base-patch16.json")).expect("config");
+    let dino_cfg: Dinov2Config =
+        serde_json::from_str(include_str!("configs/dinov2-small.json")).expect("config");
+    let dino = Dinov2Model::init_random(&dino_cfg, &ad)
+        .expect("dinov2")
+        .no_grad();
+    let clip_cfg: ClipConfig =
+        serde_json::from_str(include_str!("configs/clip-vit-base-patch16.json")).expect("config");
     let file = Path::new("benches/configs/clip-vit-base-patch16.json");
-    let clip = randomize(ClipVisionModel::new(&clip_cfg.vision_config, clip_cfg.projection_dim, file, &ad).expect("clip"), 0.02, 0).no_grad();
+    let clip = randomize(
+        ClipVisionModel::new(&clip_cfg.vision_config, clip_cfg.projection_dim, file, &ad)
+            .expect("clip"),
+        0.02,
+        0,
+    )
+    .no_grad();
     let mut g = c.benchmark_group("jer_sketch");
-    g.sample_size(10).measurement_time(Duration::from_secs(60)).warm_up_time(Duration::from_secs(5));
-    bench_model(&mut g, "jer_sketch_vit_s14_dinov2", &dino, dino_cfg.hidden_size);
-    bench_model(&mut g, "jer_sketch_vit_b16_clip", &clip, clip_cfg.projection_dim);
+    g.sample_size(10)
+        .measurement_time(Duration::from_secs(60))
+        .warm_up_time(Duration::from_secs(5));
+    bench_model(
+        &mut g,
+        "jer_sketch_vit_s14_dinov2",
+        &dino,
+        dino_cfg.hidden_size,
+    );
+    bench_model(
+        &mut g,
+        "jer_sketch_vit_b16_clip",
+        &clip,
+        clip_cfg.projection_dim,
+    );
     g.finish();
 }
 

@@ -17,7 +17,9 @@ use common::Reference;
 fn model(device: &Device) -> ViTModel {
     let dir = common::fixture("jer");
     let ckpt = Checkpoint::from_dir("jer", &dir).unwrap();
-    ViTModel::load(&ckpt, device, &LoadOptions::default()).unwrap().no_grad()
+    ViTModel::load(&ckpt, device, &LoadOptions::default())
+        .unwrap()
+        .no_grad()
 }
 
 fn host(t: Tensor<2>) -> Vec<f32> {
@@ -43,8 +45,14 @@ fn input_sketch_matches_torch_jvp_and_finite_differences() {
         let jv = host(input_sketch(&f, &x, 0, 16, v.clone(), chunk).unwrap());
         let e_jvp = relative_error(&jv, &r.f32("JV").1);
         let e_fd = relative_error(&jv, &r.f32("JV_fd").1);
-        assert!(e_jvp <= 1e-4, "J·V vs torch.func.jvp: relative error {e_jvp:e} (chunk {chunk})");
-        assert!(e_fd <= 1e-4, "J·V vs float64 finite differences: relative error {e_fd:e} (chunk {chunk})");
+        assert!(
+            e_jvp <= 1e-4,
+            "J·V vs torch.func.jvp: relative error {e_jvp:e} (chunk {chunk})"
+        );
+        assert!(
+            e_fd <= 1e-4,
+            "J·V vs float64 finite differences: relative error {e_fd:e} (chunk {chunk})"
+        );
     }
 }
 
@@ -61,8 +69,14 @@ fn output_sketch_matches_torch_vjp_and_finite_differences() {
         let gtj = host(output_sketch(&f, &x, 0, g.clone(), chunk).unwrap());
         let e_vjp = relative_error(&gtj, &r.f32("GtJ").1);
         let e_fd = relative_error(&gtj, &r.f32("GtJ_fd").1);
-        assert!(e_vjp <= 1e-4, "Gᵀ·J vs torch.func.vjp: relative error {e_vjp:e} (chunk {chunk})");
-        assert!(e_fd <= 1e-4, "Gᵀ·J vs float64 finite differences: relative error {e_fd:e} (chunk {chunk})");
+        assert!(
+            e_vjp <= 1e-4,
+            "Gᵀ·J vs torch.func.vjp: relative error {e_vjp:e} (chunk {chunk})"
+        );
+        assert!(
+            e_fd <= 1e-4,
+            "Gᵀ·J vs float64 finite differences: relative error {e_fd:e} (chunk {chunk})"
+        );
     }
 }
 
@@ -76,8 +90,12 @@ fn estimators_agree_in_distribution() {
     let mut out = Vec::new();
     let mut inp = Vec::new();
     for i in 0..draws {
-        out.push(jer_at(&f, &spec, &[16], k, Estimator::OutputSketch, 7, i, 8, &cpu).unwrap()[0].jer);
-        inp.push(jer_at(&f, &spec, &[16], k, Estimator::InputSketch, 7, i, 8, &cpu).unwrap()[0].jer);
+        out.push(
+            jer_at(&f, &spec, &[16], k, Estimator::OutputSketch, 7, i, 8, &cpu).unwrap()[0].jer,
+        );
+        inp.push(
+            jer_at(&f, &spec, &[16], k, Estimator::InputSketch, 7, i, 8, &cpu).unwrap()[0].jer,
+        );
     }
     let (a, b) = (summarize(&out), summarize(&inp));
     let se = (a.sem.powi(2) + b.sem.powi(2)).sqrt();
@@ -101,9 +119,15 @@ fn jer_is_deterministic_per_seed_and_image() {
     let b = jer_at(&f, &spec, &[16], 4, Estimator::OutputSketch, 42, 3, 4, &cpu).unwrap();
     let c = jer_at(&f, &spec, &[16], 4, Estimator::OutputSketch, 42, 4, 4, &cpu).unwrap();
     for (x, y) in a[0].sigma.iter().zip(&b[0].sigma) {
-        assert!((x - y).abs() <= 1e-5 * x.abs(), "chunking changed σ: {x} vs {y}");
+        assert!(
+            (x - y).abs() <= 1e-5 * x.abs(),
+            "chunking changed σ: {x} vs {y}"
+        );
     }
-    assert_ne!(a[0].sigma, c[0].sigma, "different images gave the same spectrum");
+    assert_ne!(
+        a[0].sigma, c[0].sigma,
+        "different images gave the same spectrum"
+    );
 }
 
 #[test]
@@ -117,7 +141,18 @@ fn bad_directions_and_non_finite_jacobians_are_errors() {
         assert!(matches!(e, JerError::Directions { .. }), "k = {k}: {e}");
     }
     let nan = |x: Tensor<4>| vec![m.embed(x, VisionReadout::Summary).sqrt().log()]; // log of negatives → NaN
-    let e = jer_at(&nan, &spec, &[16], 4, Estimator::OutputSketch, 42, 5, 4, &cpu).unwrap_err();
+    let e = jer_at(
+        &nan,
+        &spec,
+        &[16],
+        4,
+        Estimator::OutputSketch,
+        42,
+        5,
+        4,
+        &cpu,
+    )
+    .unwrap_err();
     assert!(matches!(e, JerError::NonFinite { image: 5, .. }), "{e}");
     assert!(e.to_string().contains("image 5"), "{e}");
 }

@@ -24,18 +24,34 @@ fn load(dir: &std::path::Path, opts: &LoadOptions) -> Result<BertModel, ModelErr
 }
 
 fn inputs(r: &Reference) -> (Tensor<2, Int>, Tensor<2, Int>) {
-    (r.int_tensor::<2>("input_ids", &device()), r.int_tensor::<2>("attention_mask", &device()))
+    (
+        r.int_tensor::<2>("input_ids", &device()),
+        r.int_tensor::<2>("attention_mask", &device()),
+    )
 }
 
 /// A scratch directory holding a copy of the fixture with `config.json` edited by `edit`.
 fn scratch_with_config(tag: &str, edit: impl FnOnce(&mut serde_json::Value)) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("bindscope-parity-bert-{}-{tag}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!(
+        "bindscope-parity-bert-{}-{tag}",
+        std::process::id()
+    ));
     std::fs::create_dir_all(&dir).unwrap();
-    std::fs::copy(fixture("bert").join("model.safetensors"), dir.join("model.safetensors")).unwrap();
-    let mut cfg: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(fixture("bert").join("config.json")).unwrap()).unwrap();
+    std::fs::copy(
+        fixture("bert").join("model.safetensors"),
+        dir.join("model.safetensors"),
+    )
+    .unwrap();
+    let mut cfg: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(fixture("bert").join("config.json")).unwrap(),
+    )
+    .unwrap();
     edit(&mut cfg);
-    std::fs::write(dir.join("config.json"), serde_json::to_string(&cfg).unwrap()).unwrap();
+    std::fs::write(
+        dir.join("config.json"),
+        serde_json::to_string(&cfg).unwrap(),
+    )
+    .unwrap();
     dir
 }
 
@@ -75,7 +91,11 @@ fn sentence_embedding_is_mean_pooled_and_normalized_as_sentence_transformers() {
     let r = Reference::open("bert");
     let model = load(&fixture("bert"), &LoadOptions::default()).unwrap();
     let (ids, mask) = inputs(&r);
-    r.assert_close("sentence_embedding", model.sentence_embedding(ids.clone(), mask.clone()), TOL);
+    r.assert_close(
+        "sentence_embedding",
+        model.sentence_embedding(ids.clone(), mask.clone()),
+        TOL,
+    );
     let via_trait: &dyn TextEncoder = &model;
     r.assert_close("sentence_embedding", via_trait.embed_text(ids, mask), TOL);
 }
@@ -96,9 +116,15 @@ fn masked_lm_checkpoint_reports_its_head_unless_task_heads_are_ignored() {
     let dir = fixture("bert").join("mlm");
     let err = load(&dir, &LoadOptions::default()).unwrap_err().to_string();
     assert!(err.contains("unexpected key: cls."), "{err}");
-    assert!(!err.contains("missing key"), "the `bert.` prefix must be remapped: {err}");
+    assert!(
+        !err.contains("missing key"),
+        "the `bert.` prefix must be remapped: {err}"
+    );
 
-    let opts = LoadOptions { benign_unused: vec![TASK_HEADS.into()], ..Default::default() };
+    let opts = LoadOptions {
+        benign_unused: vec![TASK_HEADS.into()],
+        ..Default::default()
+    };
     let model = load(&dir, &opts).unwrap();
     assert!(model.pooler.is_none(), "BertForMaskedLM has no pooler");
     let r = Reference::open("bert");
@@ -106,11 +132,19 @@ fn masked_lm_checkpoint_reports_its_head_unless_task_heads_are_ignored() {
     let out = model.forward(ids.clone(), mask.clone(), None, ForwardOptions::default());
     // Without a pooler, pooler_output is the CLS hidden state.
     let [n, _, d] = out.last_hidden_state.dims();
-    let cls = out.last_hidden_state.clone().slice([0..n, 0..1, 0..d]).reshape([n, d]);
+    let cls = out
+        .last_hidden_state
+        .clone()
+        .slice([0..n, 0..1, 0..d])
+        .reshape([n, d]);
     let diff: f32 = (out.pooler_output - cls).abs().max().into_scalar();
     assert_eq!(diff, 0.0);
     r.assert_close("text.last_hidden_state", out.last_hidden_state, TOL);
-    r.assert_close("sentence_embedding", model.sentence_embedding(ids, mask), TOL);
+    r.assert_close(
+        "sentence_embedding",
+        model.sentence_embedding(ids, mask),
+        TOL,
+    );
 }
 
 #[test]
@@ -129,7 +163,10 @@ fn unsupported_activation_is_an_error_naming_the_config() {
     std::fs::remove_dir_all(&dir).ok();
     assert!(matches!(err, ModelError::Unsupported { .. }), "{err}");
     let msg = err.to_string();
-    assert!(msg.contains("config.json") && msg.contains("swish"), "{msg}");
+    assert!(
+        msg.contains("config.json") && msg.contains("swish"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -137,7 +174,15 @@ fn info_reports_the_config() {
     let model = load(&fixture("bert"), &LoadOptions::default()).unwrap();
     let info = model.info();
     assert_eq!(info.model_type, "bert");
-    assert_eq!((info.hidden_size, info.embed_dim, info.num_layers, info.num_heads), (32, 32, 2, 4));
+    assert_eq!(
+        (
+            info.hidden_size,
+            info.embed_dim,
+            info.num_layers,
+            info.num_heads
+        ),
+        (32, 32, 2, 4)
+    );
     assert_eq!(info.input_size, [40, 0]);
     // embeddings (99+40+2)·32 + 2·32, per block 4·(32·32+32) + 2·2·32 + 2·(32·64) + 64 + 32, pooler 32·32+32
     let blocks = 4 * (32 * 32 + 32) + 4 * 32 + 2 * 32 * 64 + 64 + 32;

@@ -29,13 +29,24 @@ fn load(dir: &Path) -> Result<ClipModel, ModelError> {
 }
 
 fn text_inputs(r: &Reference) -> (Tensor<2, Int>, Tensor<2, Int>) {
-    (r.int_tensor::<2>("input_ids", &device()), r.int_tensor::<2>("attention_mask", &device()))
+    (
+        r.int_tensor::<2>("input_ids", &device()),
+        r.int_tensor::<2>("attention_mask", &device()),
+    )
 }
 
 /// A scratch copy of fixture `name` with `config.json` edited by `edit` and the weights
 /// rewritten by `weights` (key → keep?).
-fn scratch(name: &str, tag: &str, edit: impl FnOnce(&mut serde_json::Value), keep: impl Fn(&str) -> bool) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("bindscope-parity-clip-{}-{tag}", std::process::id()));
+fn scratch(
+    name: &str,
+    tag: &str,
+    edit: impl FnOnce(&mut serde_json::Value),
+    keep: impl Fn(&str) -> bool,
+) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "bindscope-parity-clip-{}-{tag}",
+        std::process::id()
+    ));
     std::fs::create_dir_all(&dir).unwrap();
     let bytes = std::fs::read(fixture(name).join("model.safetensors")).unwrap();
     let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
@@ -44,9 +55,14 @@ fn scratch(name: &str, tag: &str, edit: impl FnOnce(&mut serde_json::Value), kee
     let out = safetensors::serialize(kept, None).unwrap();
     std::fs::write(dir.join("model.safetensors"), out).unwrap();
     let mut cfg: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(fixture(name).join("config.json")).unwrap()).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(fixture(name).join("config.json")).unwrap())
+            .unwrap();
     edit(&mut cfg);
-    std::fs::write(dir.join("config.json"), serde_json::to_string(&cfg).unwrap()).unwrap();
+    std::fs::write(
+        dir.join("config.json"),
+        serde_json::to_string(&cfg).unwrap(),
+    )
+    .unwrap();
     dir
 }
 
@@ -57,8 +73,13 @@ fn positions(r: &Reference, key: &str) -> Vec<usize> {
 /// `x[n, pos[n], :]` of a reference tensor, as the expected pooled output at given positions.
 fn rows_at(x: Tensor<3>, pos: &[usize]) -> Tensor<2> {
     let [n, t, d] = x.dims();
-    let idx: Vec<i64> = pos.iter().enumerate().map(|(i, &p)| (i * t + p) as i64).collect();
-    x.reshape([n * t, d]).select(0, Tensor::<1, Int>::from_ints(idx.as_slice(), &device()))
+    let idx: Vec<i64> = pos
+        .iter()
+        .enumerate()
+        .map(|(i, &p)| (i * t + p) as i64)
+        .collect();
+    x.reshape([n * t, d])
+        .select(0, Tensor::<1, Int>::from_ints(idx.as_slice(), &device()))
 }
 
 fn max_abs_diff<const D: usize>(a: Tensor<D>, b: Tensor<D>) -> f32 {
@@ -108,7 +129,11 @@ fn text_tower_matches_pytorch() {
     }
     r.assert_close("text.last_hidden_state", out.last_hidden_state, TOL);
     r.assert_close("text.pooler_output", out.pooler_output, TOL);
-    r.assert_close("text_embeds", model.text_embeds(ids.clone(), mask.clone()), TOL);
+    r.assert_close(
+        "text_embeds",
+        model.text_embeds(ids.clone(), mask.clone()),
+        TOL,
+    );
 
     let fused = model.forward_text(ids, mask, ForwardOptions::default());
     r.assert_close("text.last_hidden_state", fused.last_hidden_state, TOL);
@@ -120,10 +145,28 @@ fn position_embeddings_are_interpolated_bicubically() {
     let r = Reference::open("clip");
     let model = load(&fixture("clip")).unwrap();
     let px = r.tensor::<4>("interp.pixel_values", &device());
-    assert_eq!(px.dims(), [2, 3, 40, 24], "a 5x3 grid against the 4x4 training grid");
-    let out = model.forward_vision(px.clone(), ForwardOptions { output_hidden_states: true, output_attentions: false });
-    r.assert_close("interp.vision.hidden_states.0", out.hidden_states.unwrap().remove(0), TOL);
-    r.assert_close("interp.vision.last_hidden_state", out.last_hidden_state, TOL);
+    assert_eq!(
+        px.dims(),
+        [2, 3, 40, 24],
+        "a 5x3 grid against the 4x4 training grid"
+    );
+    let out = model.forward_vision(
+        px.clone(),
+        ForwardOptions {
+            output_hidden_states: true,
+            output_attentions: false,
+        },
+    );
+    r.assert_close(
+        "interp.vision.hidden_states.0",
+        out.hidden_states.unwrap().remove(0),
+        TOL,
+    );
+    r.assert_close(
+        "interp.vision.last_hidden_state",
+        out.last_hidden_state,
+        TOL,
+    );
     r.assert_close("interp.vision.pooler_output", out.pooler_output, TOL);
     r.assert_close("interp.image_embeds", model.image_embeds(px), TOL);
 }
@@ -135,14 +178,22 @@ fn eos_pooling_rule_comes_from_the_config() {
     let r = Reference::open("clip");
     let first = positions(&r, "text.pool_positions");
     let argmax = positions(&r, "text.argmax_positions");
-    assert!(first.iter().zip(&argmax).all(|(a, b)| a != b), "fixture must separate the rules");
+    assert!(
+        first.iter().zip(&argmax).all(|(a, b)| a != b),
+        "fixture must separate the rules"
+    );
     let model = load(&fixture("clip")).unwrap();
     assert_eq!(model.text_model.eos_pooling(), EosPooling::FirstEos(50));
     let ids: Vec<i64> = r.i64("input_ids").1;
     assert_eq!(model.text_model.eos_pooling().positions(&ids, 10), first);
 
     // The same weights with eos_token_id 2 in config.json: the legacy argmax rule.
-    let dir = scratch("clip", "eos2", |c| c["text_config"]["eos_token_id"] = 2.into(), |_| true);
+    let dir = scratch(
+        "clip",
+        "eos2",
+        |c| c["text_config"]["eos_token_id"] = 2.into(),
+        |_| true,
+    );
     let legacy = load(&dir).unwrap();
     assert_eq!(legacy.text_model.eos_pooling(), EosPooling::ArgmaxId);
     let (ids, mask) = text_inputs(&r);
@@ -150,9 +201,18 @@ fn eos_pooling_rule_comes_from_the_config() {
     r.assert_close("text.last_hidden_state", out.last_hidden_state.clone(), TOL);
     let expected = rows_at(r.tensor::<3>("text.last_hidden_state", &device()), &argmax);
     let err = max_abs_diff(out.pooler_output.clone(), expected);
-    assert!(err <= TOL, "legacy rule must pool at argmax(input_ids): max abs error {err:e}");
-    let wrong = max_abs_diff(out.pooler_output, r.tensor::<2>("text.pooler_output", &device()));
-    assert!(wrong > 1e-2, "pooling at the eos-id positions would have been caught ({wrong:e})");
+    assert!(
+        err <= TOL,
+        "legacy rule must pool at argmax(input_ids): max abs error {err:e}"
+    );
+    let wrong = max_abs_diff(
+        out.pooler_output,
+        r.tensor::<2>("text.pooler_output", &device()),
+    );
+    assert!(
+        wrong > 1e-2,
+        "pooling at the eos-id positions would have been caught ({wrong:e})"
+    );
     std::fs::remove_dir_all(&dir).ok();
 }
 
@@ -161,11 +221,19 @@ fn legacy_eos_fixture_pools_at_argmax() {
     // Standalone CLIPTextModelWithProjection (model_type clip_text_model) with eos_token_id 2;
     // token 2 occurs earlier than the largest id in both rows.
     let r = Reference::open("clip_legacy_eos");
-    let model = ClipTextModel::load(&ckpt(&fixture("clip_legacy_eos")), &device(), &LoadOptions::default()).unwrap();
+    let model = ClipTextModel::load(
+        &ckpt(&fixture("clip_legacy_eos")),
+        &device(),
+        &LoadOptions::default(),
+    )
+    .unwrap();
     assert_eq!(model.text_model.eos_pooling(), EosPooling::ArgmaxId);
     let argmax = positions(&r, "text.pool_positions");
     let first = positions(&r, "text.first_eos_positions");
-    assert!(argmax.iter().zip(&first).all(|(a, b)| a != b), "fixture must separate the rules");
+    assert!(
+        argmax.iter().zip(&first).all(|(a, b)| a != b),
+        "fixture must separate the rules"
+    );
     let ids: Vec<i64> = r.i64("input_ids").1;
     assert_eq!(model.text_model.eos_pooling().positions(&ids, 8), argmax);
 
@@ -181,7 +249,10 @@ fn legacy_eos_fixture_pools_at_argmax() {
     r.assert_close("text.pooler_output", out.pooler_output.clone(), TOL);
     r.assert_close("text_embeds", model.embed_text(ids, mask), TOL);
     let at_first_eos = rows_at(r.tensor::<3>("text.last_hidden_state", &device()), &first);
-    assert!(max_abs_diff(out.pooler_output, at_first_eos) > 1e-2, "the rules give different outputs");
+    assert!(
+        max_abs_diff(out.pooler_output, at_first_eos) > 1e-2,
+        "the rules give different outputs"
+    );
 }
 
 #[test]
@@ -192,22 +263,52 @@ fn towers_load_alone_and_read_out_any_depth() {
     let text = ClipTextModel::load(&c, &device(), &LoadOptions::default()).unwrap();
     let px = r.tensor::<4>("pixel_values", &device());
 
-    r.assert_close("image_embeds", vision.embed(px.clone(), VisionReadout::Pooled), TOL);
-    r.assert_close("vision.pooler_output", vision.embed(px.clone(), VisionReadout::Summary), TOL);
+    r.assert_close(
+        "image_embeds",
+        vision.embed(px.clone(), VisionReadout::Pooled),
+        TOL,
+    );
+    r.assert_close(
+        "vision.pooler_output",
+        vision.embed(px.clone(), VisionReadout::Summary),
+        TOL,
+    );
     // readout on the reference's last hidden state (any depth goes through the same path).
     let last = r.tensor::<3>("vision.last_hidden_state", &device());
-    r.assert_close("image_embeds", vision.readout(last.clone(), VisionReadout::Pooled), TOL);
-    r.assert_close("vision.pooler_output", vision.readout(last, VisionReadout::Summary), TOL);
-    let mid = vision.readout(r.tensor::<3>("vision.hidden_states.1", &device()), VisionReadout::Pooled);
+    r.assert_close(
+        "image_embeds",
+        vision.readout(last.clone(), VisionReadout::Pooled),
+        TOL,
+    );
+    r.assert_close(
+        "vision.pooler_output",
+        vision.readout(last, VisionReadout::Summary),
+        TOL,
+    );
+    let mid = vision.readout(
+        r.tensor::<3>("vision.hidden_states.1", &device()),
+        VisionReadout::Pooled,
+    );
     assert_eq!(mid.dims(), [2, 16]);
     let mean = vision.embed(px.clone(), VisionReadout::MeanPatch);
     let patches = vision.patch_tokens(px);
     assert_eq!(patches.dims(), [2, 16, 32], "4x4 patches, CLS dropped");
     let err = max_abs_diff(mean, patches.mean_dim(1).reshape([2, 32]));
-    assert!(err <= 1e-6, "MeanPatch is the mean of patch_tokens ({err:e})");
+    assert!(
+        err <= 1e-6,
+        "MeanPatch is the mean of patch_tokens ({err:e})"
+    );
     assert_eq!(vision.num_prefix_tokens(), 1);
     let info = VisionEncoder::info(&vision);
-    assert_eq!((info.hidden_size, info.embed_dim, info.num_layers, info.patch_size), (32, 16, 2, 8));
+    assert_eq!(
+        (
+            info.hidden_size,
+            info.embed_dim,
+            info.num_layers,
+            info.patch_size
+        ),
+        (32, 16, 2, 8)
+    );
 
     let (ids, mask) = text_inputs(&r);
     r.assert_close("text_embeds", text.embed_text(ids, mask), TOL);
@@ -215,12 +316,29 @@ fn towers_load_alone_and_read_out_any_depth() {
 
     // The split of a whole model is the same.
     let (v2, _) = load(&fixture("clip")).unwrap().into_towers();
-    r.assert_close("image_embeds", v2.embed(r.tensor::<4>("pixel_values", &device()), VisionReadout::Pooled), TOL);
+    r.assert_close(
+        "image_embeds",
+        v2.embed(
+            r.tensor::<4>("pixel_values", &device()),
+            VisionReadout::Pooled,
+        ),
+        TOL,
+    );
 
     // An explicit `only` filter selects the same keys.
-    let opts = LoadOptions { only: vec![r"^vision_model\.".into(), r"^visual_projection\.".into()], ..Default::default() };
+    let opts = LoadOptions {
+        only: vec![r"^vision_model\.".into(), r"^visual_projection\.".into()],
+        ..Default::default()
+    };
     let v3 = ClipVisionModel::load(&c, &device(), &opts).unwrap();
-    r.assert_close("image_embeds", v3.embed(r.tensor::<4>("pixel_values", &device()), VisionReadout::Pooled), TOL);
+    r.assert_close(
+        "image_embeds",
+        v3.embed(
+            r.tensor::<4>("pixel_values", &device()),
+            VisionReadout::Pooled,
+        ),
+        TOL,
+    );
 }
 
 #[test]
@@ -235,7 +353,10 @@ fn missing_key_is_named() {
     let key = "vision_model.post_layernorm.weight";
     let dir = scratch("clip", "missing", |_| {}, |k| k != key);
     let err = load(&dir).unwrap_err().to_string();
-    assert!(err.contains("vision_model.post_layernorm.gamma") || err.contains(key), "{err}");
+    assert!(
+        err.contains("vision_model.post_layernorm.gamma") || err.contains(key),
+        "{err}"
+    );
     assert!(err.contains("missing"), "{err}");
     // The text tower alone does not need it.
     assert!(ClipTextModel::load(&ckpt(&dir), &device(), &LoadOptions::default()).is_ok());
@@ -243,26 +364,49 @@ fn missing_key_is_named() {
 
     let key = "text_model.encoder.layers.1.mlp.fc2.weight";
     let dir = scratch("clip", "missing-text", |_| {}, |k| k != key);
-    let err = ClipTextModel::load(&ckpt(&dir), &device(), &LoadOptions::default()).unwrap_err().to_string();
+    let err = ClipTextModel::load(&ckpt(&dir), &device(), &LoadOptions::default())
+        .unwrap_err()
+        .to_string();
     assert!(err.contains(key), "{err}");
     std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
 fn bad_configs_are_reported() {
-    let dir = scratch("clip", "act", |c| c["vision_config"]["hidden_act"] = "swish".into(), |_| true);
+    let dir = scratch(
+        "clip",
+        "act",
+        |c| c["vision_config"]["hidden_act"] = "swish".into(),
+        |_| true,
+    );
     let err = load(&dir).unwrap_err().to_string();
-    assert!(err.contains("hidden_act 'swish'") && err.contains("config.json"), "{err}");
+    assert!(
+        err.contains("hidden_act 'swish'") && err.contains("config.json"),
+        "{err}"
+    );
     std::fs::remove_dir_all(&dir).ok();
 
-    let dir = scratch("clip", "type", |c| c["model_type"] = "siglip".into(), |_| true);
+    let dir = scratch(
+        "clip",
+        "type",
+        |c| c["model_type"] = "siglip".into(),
+        |_| true,
+    );
     let err = load(&dir).unwrap_err().to_string();
     assert!(err.contains("model_type 'siglip'"), "{err}");
     std::fs::remove_dir_all(&dir).ok();
 
     // A vision width that disagrees with the weights: shape mismatch, named.
-    let dir = scratch("clip", "width", |c| c["projection_dim"] = 12.into(), |_| true);
+    let dir = scratch(
+        "clip",
+        "width",
+        |c| c["projection_dim"] = 12.into(),
+        |_| true,
+    );
     let err = load(&dir).unwrap_err().to_string();
-    assert!(err.contains("visual_projection.weight") && err.contains("shape"), "{err}");
+    assert!(
+        err.contains("visual_projection.weight") && err.contains("shape"),
+        "{err}"
+    );
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -30,23 +30,43 @@ fn load(dir: &Path) -> Result<SiglipModel, ModelError> {
 }
 
 fn text_inputs(r: &Reference) -> (Tensor<2, Int>, Tensor<2, Int>) {
-    (r.int_tensor::<2>("input_ids", &device()), r.int_tensor::<2>("attention_mask", &device()))
+    (
+        r.int_tensor::<2>("input_ids", &device()),
+        r.int_tensor::<2>("attention_mask", &device()),
+    )
 }
 
 /// A scratch copy of the fixture with `config.json` edited by `edit` and only the weights for
 /// which `keep` holds.
-fn scratch(tag: &str, edit: impl FnOnce(&mut serde_json::Value), keep: impl Fn(&str) -> bool) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("bindscope-parity-siglip-{}-{tag}", std::process::id()));
+fn scratch(
+    tag: &str,
+    edit: impl FnOnce(&mut serde_json::Value),
+    keep: impl Fn(&str) -> bool,
+) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "bindscope-parity-siglip-{}-{tag}",
+        std::process::id()
+    ));
     std::fs::create_dir_all(&dir).unwrap();
     let bytes = std::fs::read(fixture("siglip").join("model.safetensors")).unwrap();
     let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
     let kept: Vec<(String, safetensors::tensor::TensorView<'_>)> =
         st.tensors().into_iter().filter(|(k, _)| keep(k)).collect();
-    std::fs::write(dir.join("model.safetensors"), safetensors::serialize(kept, None).unwrap()).unwrap();
-    let mut cfg: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(fixture("siglip").join("config.json")).unwrap()).unwrap();
+    std::fs::write(
+        dir.join("model.safetensors"),
+        safetensors::serialize(kept, None).unwrap(),
+    )
+    .unwrap();
+    let mut cfg: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(fixture("siglip").join("config.json")).unwrap(),
+    )
+    .unwrap();
     edit(&mut cfg);
-    std::fs::write(dir.join("config.json"), serde_json::to_string(&cfg).unwrap()).unwrap();
+    std::fs::write(
+        dir.join("config.json"),
+        serde_json::to_string(&cfg).unwrap(),
+    )
+    .unwrap();
     dir
 }
 
@@ -125,15 +145,29 @@ fn text_encoder_ignores_the_mask_unless_asked() {
     let text = SiglipTextModel::load(&c, &device(), &LoadOptions::default()).unwrap();
     assert!(!text.apply_attention_mask);
     let (ids, mask) = text_inputs(&r);
-    r.assert_close("text_embeds", text.embed_text(ids.clone(), mask.clone()), TOL);
+    r.assert_close(
+        "text_embeds",
+        text.embed_text(ids.clone(), mask.clone()),
+        TOL,
+    );
     let masked = text.with_attention_mask(true);
-    r.assert_close("text_masked.pooler_output", masked.embed_text(ids, mask), TOL);
+    r.assert_close(
+        "text_masked.pooler_output",
+        masked.embed_text(ids, mask),
+        TOL,
+    );
     assert!(
-        max_abs_diff(r.tensor::<2>("text_embeds", &device()), r.tensor::<2>("text_masked.pooler_output", &device())) > 1e-2,
+        max_abs_diff(
+            r.tensor::<2>("text_embeds", &device()),
+            r.tensor::<2>("text_masked.pooler_output", &device())
+        ) > 1e-2,
         "the fixture tells the two apart"
     );
     let info = TextEncoder::info(&masked);
-    assert_eq!((info.hidden_size, info.embed_dim, info.input_size), (24, 32, [12, 0]));
+    assert_eq!(
+        (info.hidden_size, info.embed_dim, info.input_size),
+        (24, 32, [12, 0])
+    );
 }
 
 #[test]
@@ -141,10 +175,28 @@ fn position_embeddings_are_interpolated_bicubically() {
     let r = Reference::open("siglip");
     let model = load(&fixture("siglip")).unwrap();
     let px = r.tensor::<4>("interp.pixel_values", &device());
-    assert_eq!(px.dims(), [1, 3, 40, 24], "a 5x3 grid against the 4x4 training grid");
-    let out = model.forward_vision(px, ForwardOptions { output_hidden_states: true, output_attentions: false });
-    r.assert_close("interp.vision.hidden_states.0", out.hidden_states.unwrap().remove(0), TOL);
-    r.assert_close("interp.vision.last_hidden_state", out.last_hidden_state, TOL);
+    assert_eq!(
+        px.dims(),
+        [1, 3, 40, 24],
+        "a 5x3 grid against the 4x4 training grid"
+    );
+    let out = model.forward_vision(
+        px,
+        ForwardOptions {
+            output_hidden_states: true,
+            output_attentions: false,
+        },
+    );
+    r.assert_close(
+        "interp.vision.hidden_states.0",
+        out.hidden_states.unwrap().remove(0),
+        TOL,
+    );
+    r.assert_close(
+        "interp.vision.last_hidden_state",
+        out.last_hidden_state,
+        TOL,
+    );
     r.assert_close("interp.vision.pooler_output", out.pooler_output, TOL);
 }
 
@@ -154,24 +206,61 @@ fn vision_tower_loads_alone_and_reads_out_any_depth() {
     let c = ckpt(&fixture("siglip"));
     let vision = SiglipVisionModel::load(&c, &device(), &LoadOptions::default()).unwrap();
     let px = r.tensor::<4>("pixel_values", &device());
-    r.assert_close("image_embeds", vision.embed(px.clone(), VisionReadout::Pooled), TOL);
-    r.assert_close("vision.pooler_output", vision.embed(px.clone(), VisionReadout::Summary), TOL);
+    r.assert_close(
+        "image_embeds",
+        vision.embed(px.clone(), VisionReadout::Pooled),
+        TOL,
+    );
+    r.assert_close(
+        "vision.pooler_output",
+        vision.embed(px.clone(), VisionReadout::Summary),
+        TOL,
+    );
     // readout applies post_layernorm then the head: on the encoder output (hidden state 2) it
     // gives pooler_output.
     let enc = r.tensor::<3>("vision.hidden_states.2", &device());
-    r.assert_close("vision.pooler_output", vision.readout(enc, VisionReadout::Pooled), TOL);
-    let mid = vision.readout(r.tensor::<3>("vision.hidden_states.1", &device()), VisionReadout::Summary);
+    r.assert_close(
+        "vision.pooler_output",
+        vision.readout(enc, VisionReadout::Pooled),
+        TOL,
+    );
+    let mid = vision.readout(
+        r.tensor::<3>("vision.hidden_states.1", &device()),
+        VisionReadout::Summary,
+    );
     assert_eq!(mid.dims(), [2, 32]);
     assert_eq!(vision.num_prefix_tokens(), 0);
     let patches = vision.patch_tokens(px.clone());
     r.assert_close("vision.last_hidden_state", patches.clone(), TOL);
-    let err = max_abs_diff(vision.embed(px, VisionReadout::MeanPatch), patches.mean_dim(1).reshape([2, 32]));
-    assert!(err <= 1e-6, "MeanPatch is the mean of patch_tokens ({err:e})");
+    let err = max_abs_diff(
+        vision.embed(px, VisionReadout::MeanPatch),
+        patches.mean_dim(1).reshape([2, 32]),
+    );
+    assert!(
+        err <= 1e-6,
+        "MeanPatch is the mean of patch_tokens ({err:e})"
+    );
     let info = VisionEncoder::info(&vision);
-    assert_eq!((info.hidden_size, info.embed_dim, info.num_layers, info.num_heads, info.patch_size), (32, 32, 2, 4, 8));
+    assert_eq!(
+        (
+            info.hidden_size,
+            info.embed_dim,
+            info.num_layers,
+            info.num_heads,
+            info.patch_size
+        ),
+        (32, 32, 2, 4, 8)
+    );
 
     let (v2, t2) = load(&fixture("siglip")).unwrap().into_towers();
-    r.assert_close("image_embeds", v2.embed(r.tensor::<4>("pixel_values", &device()), VisionReadout::Pooled), TOL);
+    r.assert_close(
+        "image_embeds",
+        v2.embed(
+            r.tensor::<4>("pixel_values", &device()),
+            VisionReadout::Pooled,
+        ),
+        TOL,
+    );
     let (ids, mask) = text_inputs(&r);
     r.assert_close("text_embeds", t2.embed_text(ids, mask), TOL);
 }
@@ -192,7 +281,9 @@ fn missing_key_is_named() {
     assert!(err.contains(key) && err.contains("missing"), "{err}");
     // The text tower alone does not need it.
     assert!(SiglipTextModel::load(&ckpt(&dir), &device(), &LoadOptions::default()).is_ok());
-    let err = SiglipVisionModel::load(&ckpt(&dir), &device(), &LoadOptions::default()).unwrap_err().to_string();
+    let err = SiglipVisionModel::load(&ckpt(&dir), &device(), &LoadOptions::default())
+        .unwrap_err()
+        .to_string();
     assert!(err.contains(key), "{err}");
     std::fs::remove_dir_all(&dir).ok();
 
@@ -205,19 +296,37 @@ fn missing_key_is_named() {
 
 #[test]
 fn bad_configs_are_reported() {
-    let dir = scratch("act", |c| c["text_config"]["hidden_act"] = "silu".into(), |_| true);
+    let dir = scratch(
+        "act",
+        |c| c["text_config"]["hidden_act"] = "silu".into(),
+        |_| true,
+    );
     let err = load(&dir).unwrap_err().to_string();
-    assert!(err.contains("hidden_act 'silu'") && err.contains("config.json"), "{err}");
+    assert!(
+        err.contains("hidden_act 'silu'") && err.contains("config.json"),
+        "{err}"
+    );
     std::fs::remove_dir_all(&dir).ok();
 
-    let dir = scratch("nohead", |c| c["vision_config"]["vision_use_head"] = false.into(), |_| true);
+    let dir = scratch(
+        "nohead",
+        |c| c["vision_config"]["vision_use_head"] = false.into(),
+        |_| true,
+    );
     let err = load(&dir).unwrap_err().to_string();
     assert!(err.contains("vision_use_head"), "{err}");
     std::fs::remove_dir_all(&dir).ok();
 
     // projection_size disagreeing with the weights: a named shape mismatch.
-    let dir = scratch("proj", |c| c["text_config"]["projection_size"] = 16.into(), |_| true);
+    let dir = scratch(
+        "proj",
+        |c| c["text_config"]["projection_size"] = 16.into(),
+        |_| true,
+    );
     let err = load(&dir).unwrap_err().to_string();
-    assert!(err.contains("text_model.head.weight") && err.contains("shape"), "{err}");
+    assert!(
+        err.contains("text_model.head.weight") && err.contains("shape"),
+        "{err}"
+    );
     std::fs::remove_dir_all(&dir).ok();
 }

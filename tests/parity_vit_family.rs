@@ -29,8 +29,17 @@ fn ckpt(name: &str) -> Checkpoint {
 /// strict comparison.
 fn check<const D: usize>(r: &Reference, key: &str, t: Tensor<D>) {
     let (_, expected) = r.f32(key);
-    let got: Vec<f32> = t.clone().into_data().convert::<f32>().try_into_vec::<f32>().unwrap();
-    let err = got.iter().zip(&expected).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    let got: Vec<f32> = t
+        .clone()
+        .into_data()
+        .convert::<f32>()
+        .try_into_vec::<f32>()
+        .unwrap();
+    let err = got
+        .iter()
+        .zip(&expected)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
     println!("{}: {key}: max abs error {err:.3e}", r.name);
     r.assert_close(key, t, TOL);
 }
@@ -47,9 +56,17 @@ fn check_full(r: &Reference, prefix: &str, out: &EncoderOutput, layers: usize, p
     for (i, a) in at.iter().enumerate() {
         check(r, &format!("{prefix}.attentions.{i}"), a.clone());
     }
-    check(r, &format!("{prefix}.last_hidden_state"), out.last_hidden_state.clone());
+    check(
+        r,
+        &format!("{prefix}.last_hidden_state"),
+        out.last_hidden_state.clone(),
+    );
     if pooled {
-        check(r, &format!("{prefix}.pooler_output"), out.pooler_output.clone());
+        check(
+            r,
+            &format!("{prefix}.pooler_output"),
+            out.pooler_output.clone(),
+        );
     }
 }
 
@@ -93,12 +110,20 @@ fn vit_matches_transformers() {
 
     // Readout on the last hidden state (before the final norm) reproduces the outputs.
     let last = out.hidden_states.unwrap().pop().unwrap();
-    check(&r, "vision.pooler_output", model.readout(last.clone(), VisionReadout::Pooled));
+    check(
+        &r,
+        "vision.pooler_output",
+        model.readout(last.clone(), VisionReadout::Pooled),
+    );
     let cls = model.readout(last.clone(), VisionReadout::Summary);
     assert!(max_diff(cls, ref_token(&r, "vision.last_hidden_state", 0)) <= TOL);
     let mean = model.readout(last, VisionReadout::MeanPatch);
     assert!(max_diff(mean, ref_mean_from(&r, "vision.last_hidden_state", 1)) <= TOL);
-    check(&r, "vision.pooler_output", model.embed(r.tensor("pixel_values", &d), VisionReadout::Pooled));
+    check(
+        &r,
+        "vision.pooler_output",
+        model.embed(r.tensor("pixel_values", &d), VisionReadout::Pooled),
+    );
 }
 
 #[test]
@@ -106,8 +131,18 @@ fn vit_interpolates_position_embeddings() {
     let d = device();
     let r = Reference::open("vit");
     let model = ViTModel::load(&ckpt("vit"), &d, &LoadOptions::default()).unwrap();
-    let out = model.forward(r.tensor("interp.pixel_values", &d), ForwardOptions { output_hidden_states: true, output_attentions: false });
-    check(&r, "interp.vision.hidden_states.0", out.hidden_states.unwrap()[0].clone());
+    let out = model.forward(
+        r.tensor("interp.pixel_values", &d),
+        ForwardOptions {
+            output_hidden_states: true,
+            output_attentions: false,
+        },
+    );
+    check(
+        &r,
+        "interp.vision.hidden_states.0",
+        out.hidden_states.unwrap()[0].clone(),
+    );
     check(&r, "interp.vision.last_hidden_state", out.last_hidden_state);
     check(&r, "interp.vision.pooler_output", out.pooler_output);
 }
@@ -121,9 +156,18 @@ fn vit_classification_checkpoint_loads_without_pooler() {
     assert!(model.pooler.is_none());
     let out = model.forward(r.tensor("pixel_values", &d), ForwardOptions::all());
     check(&r, "vision.last_hidden_state", out.last_hidden_state);
-    check(&r, "vision.attentions.1", out.attentions.unwrap()[1].clone());
+    check(
+        &r,
+        "vision.attentions.1",
+        out.attentions.unwrap()[1].clone(),
+    );
     // Without a pooler, pooler_output is the normalized CLS token.
-    assert!(max_diff(out.pooler_output, ref_token(&r, "vision.last_hidden_state", 0)) <= TOL);
+    assert!(
+        max_diff(
+            out.pooler_output,
+            ref_token(&r, "vision.last_hidden_state", 0)
+        ) <= TOL
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -140,14 +184,37 @@ fn dinov2_case(name: &str, registers: usize) {
     check_fused(&r, &model, r.tensor("pixel_values", &d));
 
     let last = out.hidden_states.unwrap().pop().unwrap();
-    check(&r, "vision.pooler_output", model.readout(last.clone(), VisionReadout::Pooled));
-    check(&r, "vision.pooler_output", model.readout(last.clone(), VisionReadout::Summary));
+    check(
+        &r,
+        "vision.pooler_output",
+        model.readout(last.clone(), VisionReadout::Pooled),
+    );
+    check(
+        &r,
+        "vision.pooler_output",
+        model.readout(last.clone(), VisionReadout::Summary),
+    );
     let mean = model.readout(last, VisionReadout::MeanPatch);
-    assert!(max_diff(mean, ref_mean_from(&r, "vision.last_hidden_state", 1 + registers)) <= TOL);
+    assert!(
+        max_diff(
+            mean,
+            ref_mean_from(&r, "vision.last_hidden_state", 1 + registers)
+        ) <= TOL
+    );
 
     // Non-square input of another size: the position grid is resampled bicubically.
-    let out = model.forward(r.tensor("interp.pixel_values", &d), ForwardOptions { output_hidden_states: true, output_attentions: false });
-    check(&r, "interp.vision.hidden_states.0", out.hidden_states.unwrap()[0].clone());
+    let out = model.forward(
+        r.tensor("interp.pixel_values", &d),
+        ForwardOptions {
+            output_hidden_states: true,
+            output_attentions: false,
+        },
+    );
+    check(
+        &r,
+        "interp.vision.hidden_states.0",
+        out.hidden_states.unwrap()[0].clone(),
+    );
     check(&r, "interp.vision.last_hidden_state", out.last_hidden_state);
     check(&r, "interp.vision.pooler_output", out.pooler_output);
 }
@@ -177,13 +244,31 @@ fn vit_mae_matches_transformers() {
     check_fused(&r, &model, r.tensor("pixel_values", &d));
 
     let last = out.hidden_states.unwrap().pop().unwrap();
-    check(&r, "vision.mean_patch", model.readout(last.clone(), VisionReadout::Pooled));
-    check(&r, "vision.mean_patch", model.readout(last.clone(), VisionReadout::MeanPatch));
+    check(
+        &r,
+        "vision.mean_patch",
+        model.readout(last.clone(), VisionReadout::Pooled),
+    );
+    check(
+        &r,
+        "vision.mean_patch",
+        model.readout(last.clone(), VisionReadout::MeanPatch),
+    );
     let cls = model.readout(last, VisionReadout::Summary);
     assert!(max_diff(cls, ref_token(&r, "vision.last_hidden_state", 0)) <= TOL);
 
-    let out = model.forward(r.tensor("interp.pixel_values", &d), ForwardOptions { output_hidden_states: true, output_attentions: false });
-    check(&r, "interp.vision.hidden_states.0", out.hidden_states.unwrap()[0].clone());
+    let out = model.forward(
+        r.tensor("interp.pixel_values", &d),
+        ForwardOptions {
+            output_hidden_states: true,
+            output_attentions: false,
+        },
+    );
+    check(
+        &r,
+        "interp.vision.hidden_states.0",
+        out.hidden_states.unwrap()[0].clone(),
+    );
     check(&r, "interp.vision.last_hidden_state", out.last_hidden_state);
 }
 
@@ -192,7 +277,8 @@ fn vit_mae_pretraining_checkpoint_loads_encoder() {
     // `vit.` prefix and a `decoder.*` the loader ignores, as facebook/vit-mae-* on the Hub.
     let d = device();
     let r = Reference::open("vit_mae");
-    let model = ViTMAEModel::load(&ckpt("vit_mae/pretraining"), &d, &LoadOptions::default()).unwrap();
+    let model =
+        ViTMAEModel::load(&ckpt("vit_mae/pretraining"), &d, &LoadOptions::default()).unwrap();
     let out = model.forward(r.tensor("pixel_values", &d), ForwardOptions::default());
     check(&r, "vision.last_hidden_state", out.last_hidden_state);
 }
@@ -202,12 +288,17 @@ fn vit_mae_pretraining_checkpoint_loads_encoder() {
 // ---------------------------------------------------------------------------------------------
 
 /// A copy of fixture `name` in a temporary directory with `config.json` edited by `edit`.
-fn edited_fixture(name: &str, tag: &str, edit: impl FnOnce(&mut serde_json::Value)) -> std::path::PathBuf {
+fn edited_fixture(
+    name: &str,
+    tag: &str,
+    edit: impl FnOnce(&mut serde_json::Value),
+) -> std::path::PathBuf {
     let src = fixture(name);
     let dir = std::env::temp_dir().join(format!("bindscope-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::copy(src.join("model.safetensors"), dir.join("model.safetensors")).unwrap();
-    let mut cfg: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(src.join("config.json")).unwrap()).unwrap();
+    let mut cfg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(src.join("config.json")).unwrap()).unwrap();
     edit(&mut cfg);
     std::fs::write(dir.join("config.json"), cfg.to_string()).unwrap();
     dir
@@ -223,7 +314,10 @@ fn wrong_config_size_names_key_and_both_shapes() {
     let msg = err.to_string();
     assert!(matches!(err, ModelError::Load(_)), "{msg}");
     assert!(msg.contains("embeddings.position_embeddings"), "{msg}");
-    assert!(msg.contains("[1, 26, 32]") && msg.contains("[1, 17, 32]"), "{msg}");
+    assert!(
+        msg.contains("[1, 26, 32]") && msg.contains("[1, 17, 32]"),
+        "{msg}"
+    );
 
     // A wrong MLP width in DINOv2: fc1 / fc2 are named with their shapes.
     let dir = edited_fixture("dinov2", "dinov2-bad-mlp", |c| c["mlp_ratio"] = 3.into());
@@ -237,7 +331,9 @@ fn wrong_config_size_names_key_and_both_shapes() {
 
 #[test]
 fn unsupported_activation_is_an_error() {
-    let dir = edited_fixture("dinov2", "dinov2-bad-act", |c| c["hidden_act"] = "mish".into());
+    let dir = edited_fixture("dinov2", "dinov2-bad-act", |c| {
+        c["hidden_act"] = "mish".into()
+    });
     let ck = Checkpoint::from_dir("bad", &dir).unwrap();
     let err = Dinov2Model::load(&ck, &device(), &LoadOptions::default()).unwrap_err();
     std::fs::remove_dir_all(&dir).ok();

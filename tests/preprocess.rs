@@ -9,8 +9,8 @@
 mod common;
 
 use bindscope_data::image::{
-    decode_file, exif_orientation, load_dir, Alpha, DecodeOptions, ImageError, ImageProcessor, ProcessorKind,
-    ResizeTo, RgbImage,
+    Alpha, DecodeOptions, ImageError, ImageProcessor, ProcessorKind, ResizeTo, RgbImage,
+    decode_file, exif_orientation, load_dir,
 };
 use burn::prelude::*;
 use common::fixture;
@@ -49,17 +49,24 @@ struct Fixture {
 impl Fixture {
     fn open() -> Self {
         let path = fixture("images").join("reference.safetensors");
-        Self { bytes: std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())) }
+        Self {
+            bytes: std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
+        }
     }
 
     fn has(&self, key: &str) -> bool {
-        safetensors::SafeTensors::deserialize(&self.bytes).unwrap().tensor(key).is_ok()
+        safetensors::SafeTensors::deserialize(&self.bytes)
+            .unwrap()
+            .tensor(key)
+            .is_ok()
     }
 
     /// A uint8 `[H, W, 3]` reference as an image.
     fn rgb(&self, key: &str) -> RgbImage {
         let st = safetensors::SafeTensors::deserialize(&self.bytes).unwrap();
-        let t = st.tensor(key).unwrap_or_else(|_| panic!("no tensor '{key}' in the images reference"));
+        let t = st
+            .tensor(key)
+            .unwrap_or_else(|_| panic!("no tensor '{key}' in the images reference"));
         assert_eq!(t.dtype(), safetensors::Dtype::U8, "{key} is not uint8");
         let s = t.shape();
         assert_eq!((s.len(), s[2]), (3, 3), "{key}: shape {s:?}");
@@ -69,16 +76,26 @@ impl Fixture {
     /// An f32 reference: shape and values.
     fn f32(&self, key: &str) -> (Vec<usize>, Vec<f32>) {
         let st = safetensors::SafeTensors::deserialize(&self.bytes).unwrap();
-        let t = st.tensor(key).unwrap_or_else(|_| panic!("no tensor '{key}' in the images reference"));
+        let t = st
+            .tensor(key)
+            .unwrap_or_else(|_| panic!("no tensor '{key}' in the images reference"));
         assert_eq!(t.dtype(), safetensors::Dtype::F32, "{key} is not f32");
-        let v = t.data().chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+        let v = t
+            .data()
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
         (t.shape().to_vec(), v)
     }
 }
 
 /// Asserts two images are identical, reporting the first differing pixel and the max difference.
 fn assert_same_image(what: &str, got: &RgbImage, want: &RgbImage) {
-    assert_eq!((got.width, got.height), (want.width, want.height), "{what}: size (width, height)");
+    assert_eq!(
+        (got.width, got.height),
+        (want.width, want.height),
+        "{what}: size (width, height)"
+    );
     let diffs: Vec<(usize, i32)> = got
         .data
         .iter()
@@ -117,7 +134,8 @@ fn max_abs_err(what: &str, got: &[f32], want: &[f32]) -> f32 {
 fn decoded_rgb_equals_pillow() {
     let fx = Fixture::open();
     for file in FILES {
-        let got = decode_file(files_dir().join(file), &DecodeOptions::hf()).unwrap_or_else(|e| panic!("{e}"));
+        let got = decode_file(files_dir().join(file), &DecodeOptions::hf())
+            .unwrap_or_else(|e| panic!("{e}"));
         assert_same_image(file, &got, &fx.rgb(&format!("decoded.{}", stem(file))));
     }
 }
@@ -125,7 +143,10 @@ fn decoded_rgb_equals_pillow() {
 #[test]
 fn alpha_composited_on_white_equals_pillow_alpha_composite() {
     let fx = Fixture::open();
-    assert_eq!(DecodeOptions::default().alpha, Alpha::Composite([255, 255, 255]));
+    assert_eq!(
+        DecodeOptions::default().alpha,
+        Alpha::Composite([255, 255, 255])
+    );
     for file in ALPHA_FILES {
         let key = format!("decoded_white.{}", stem(file));
         assert!(fx.has(&key), "fixture lacks {key}");
@@ -143,17 +164,29 @@ fn exif_orientation_all_eight_values() {
     let dir = fixture("images").join("orient");
     for k in 1..=8u8 {
         let path = dir.join(format!("o{k}.png"));
-        assert_eq!(exif_orientation(&std::fs::read(&path).unwrap()), k, "{}", path.display());
+        assert_eq!(
+            exif_orientation(&std::fs::read(&path).unwrap()),
+            k,
+            "{}",
+            path.display()
+        );
         let got = decode_file(&path, &DecodeOptions::hf()).unwrap();
         assert_same_image(&format!("o{k}.png"), &got, &fx.rgb(&format!("orient.o{k}")));
     }
     // Orientation off: the stored pixels, as the HF processors see a file without exif_transpose.
     let raw = decode_file(
         files_dir().join("rgb_exif6.jpg"),
-        &DecodeOptions { exif_orientation: false, ..DecodeOptions::hf() },
+        &DecodeOptions {
+            exif_orientation: false,
+            ..DecodeOptions::hf()
+        },
     )
     .unwrap();
-    assert_same_image("rgb_exif6.jpg without orientation", &raw, &fx.rgb("raw.rgb_exif6"));
+    assert_same_image(
+        "rgb_exif6.jpg without orientation",
+        &raw,
+        &fx.rgb("raw.rgb_exif6"),
+    );
 }
 
 #[test]
@@ -162,7 +195,9 @@ fn pixel_values_match_transformers_slow_processors() {
     let device = Device::flex();
     let mut checked = 0;
     for proc_name in PROCESSORS {
-        let cfg = fixture("images").join(proc_name).join("preprocessor_config.json");
+        let cfg = fixture("images")
+            .join(proc_name)
+            .join("preprocessor_config.json");
         let proc = ImageProcessor::from_file(&cfg).unwrap_or_else(|e| panic!("{e}"));
         let mut worst = 0f32;
         let mut batch_imgs = Vec::new();
@@ -175,14 +210,23 @@ fn pixel_values_match_transformers_slow_processors() {
             }
             let (shape, want) = fx.f32(&key);
             // From the reference decoded array: tests resize / crop / normalize alone.
-            let from_ref = proc.preprocess(&fx.rgb(&format!("decoded.{}", stem(file)))).unwrap();
-            assert_eq!(vec![1, 3, from_ref.height, from_ref.width], shape, "{key}: shape");
+            let from_ref = proc
+                .preprocess(&fx.rgb(&format!("decoded.{}", stem(file))))
+                .unwrap();
+            assert_eq!(
+                vec![1, 3, from_ref.height, from_ref.width],
+                shape,
+                "{key}: shape"
+            );
             let e1 = max_abs_err(&key, &from_ref.data, &want);
             // End to end from the file.
             let img = decode_file(files_dir().join(file), &DecodeOptions::hf()).unwrap();
             let from_file = proc.preprocess(&img).unwrap();
             let e2 = max_abs_err(&key, &from_file.data, &want);
-            assert!(e1 <= TOL && e2 <= TOL, "{key}: max abs error {e1:e} (from array), {e2:e} (from file) > {TOL:e}");
+            assert!(
+                e1 <= TOL && e2 <= TOL,
+                "{key}: max abs error {e1:e} (from array), {e2:e} (from file) > {TOL:e}"
+            );
             worst = worst.max(e1).max(e2);
             batch_imgs.push(img);
             batch_refs.extend_from_slice(&want);
@@ -195,9 +239,16 @@ fn pixel_values_match_transformers_slow_processors() {
         let got: Vec<f32> = t.into_data().try_into_vec::<f32>().unwrap();
         let eb = max_abs_err(proc_name, &got, &batch_refs);
         assert!(eb <= TOL, "{proc_name}: batch tensor max abs error {eb:e}");
-        println!("{proc_name}: {} images, max abs error {worst:e}", batch_imgs.len());
+        println!(
+            "{proc_name}: {} images, max abs error {worst:e}",
+            batch_imgs.len()
+        );
     }
-    assert_eq!(checked, 4 * FILES.len() + 2 * 3, "image x processor cases checked");
+    assert_eq!(
+        checked,
+        4 * FILES.len() + 2 * 3,
+        "image x processor cases checked"
+    );
 }
 
 #[test]
@@ -209,14 +260,22 @@ fn corrupt_file_error_names_the_file() {
     assert!(msg.contains("corrupt.jpg") && msg.contains("JPEG"), "{msg}");
 
     // Not an image at all.
-    let json = fixture("images").join("clip").join("preprocessor_config.json");
+    let json = fixture("images")
+        .join("clip")
+        .join("preprocessor_config.json");
     let err = decode_file(&json, &DecodeOptions::default()).expect_err("JSON decoded as an image");
     assert!(matches!(err, ImageError::Unsupported { .. }), "{err}");
-    assert!(err.to_string().contains("preprocessor_config.json"), "{err}");
+    assert!(
+        err.to_string().contains("preprocessor_config.json"),
+        "{err}"
+    );
 
     // Missing file.
     let err = decode_file(files_dir().join("missing.png"), &DecodeOptions::default()).unwrap_err();
-    assert!(matches!(err, ImageError::Io { .. }) && err.to_string().contains("missing.png"), "{err}");
+    assert!(
+        matches!(err, ImageError::Io { .. }) && err.to_string().contains("missing.png"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -225,12 +284,23 @@ fn load_dir_reports_every_failure() {
     assert_eq!(load.results.len(), FILES.len() + 1, "{}", load.summary());
     assert_eq!(load.ok_count(), FILES.len());
     assert_eq!(load.failure_count(), 1, "{}", load.summary());
-    let failed: Vec<_> = load.failures().map(|(p, _)| p.file_name().unwrap().to_string_lossy().into_owned()).collect();
+    let failed: Vec<_> = load
+        .failures()
+        .map(|(p, _)| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
     assert_eq!(failed, ["corrupt.jpg"]);
     let summary = load.summary();
-    assert!(summary.contains("10 of 11 files decoded, 1 failed") && summary.contains("corrupt.jpg"), "{summary}");
+    assert!(
+        summary.contains("10 of 11 files decoded, 1 failed") && summary.contains("corrupt.jpg"),
+        "{summary}"
+    );
     match load.into_result() {
-        Err(ImageError::Dir { failed: 1, total: 11, first, .. }) => assert!(first.contains("corrupt.jpg"), "{first}"),
+        Err(ImageError::Dir {
+            failed: 1,
+            total: 11,
+            first,
+            ..
+        }) => assert!(first.contains("corrupt.jpg"), "{first}"),
         other => panic!("expected a Dir error, got {other:?}"),
     }
     // The orientation directory has no failures.
@@ -244,17 +314,54 @@ fn processor_configs_follow_transformers_rules() {
     let parse = |s: &str| ImageProcessor::from_json(&serde_json::from_str(s).unwrap(), None);
     // Class defaults.
     let clip = parse(r#"{"image_processor_type": "CLIPImageProcessor"}"#).unwrap();
-    assert_eq!((clip.size, clip.crop_size, clip.do_center_crop), (ResizeTo::ShortestEdge(224), (224, 224), true));
+    assert_eq!(
+        (clip.size, clip.crop_size, clip.do_center_crop),
+        (ResizeTo::ShortestEdge(224), (224, 224), true)
+    );
     assert_eq!(clip.image_mean, [0.48145466, 0.4578275, 0.40821073]);
     let vit = parse(r#"{"feature_extractor_type": "ViTFeatureExtractor"}"#).unwrap();
-    assert_eq!((vit.kind, vit.size, vit.do_center_crop), (ProcessorKind::Vit, ResizeTo::Exact { height: 224, width: 224 }, false));
+    assert_eq!(
+        (vit.kind, vit.size, vit.do_center_crop),
+        (
+            ProcessorKind::Vit,
+            ResizeTo::Exact {
+                height: 224,
+                width: 224
+            },
+            false
+        )
+    );
     // Int sizes: shortest edge for CLIP / Bit, square for ViT; crop_size int is square; lists are (h, w).
-    let bit = parse(r#"{"image_processor_type": "BitImageProcessorFast", "size": 256, "crop_size": 224}"#).unwrap();
-    assert_eq!((bit.kind, bit.size, bit.crop_size), (ProcessorKind::Bit, ResizeTo::ShortestEdge(256), (224, 224)));
+    let bit = parse(
+        r#"{"image_processor_type": "BitImageProcessorFast", "size": 256, "crop_size": 224}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        (bit.kind, bit.size, bit.crop_size),
+        (ProcessorKind::Bit, ResizeTo::ShortestEdge(256), (224, 224))
+    );
     let vit = parse(r#"{"image_processor_type": "ViTImageProcessor", "size": 384}"#).unwrap();
-    assert_eq!(vit.size, ResizeTo::Exact { height: 384, width: 384 });
-    let sig = parse(r#"{"image_processor_type": "SiglipImageProcessor", "size": [20, 30], "image_mean": 0.5}"#).unwrap();
-    assert_eq!((sig.size, sig.image_mean), (ResizeTo::Exact { height: 20, width: 30 }, [0.5; 3]));
+    assert_eq!(
+        vit.size,
+        ResizeTo::Exact {
+            height: 384,
+            width: 384
+        }
+    );
+    let sig = parse(
+        r#"{"image_processor_type": "SiglipImageProcessor", "size": [20, 30], "image_mean": 0.5}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        (sig.size, sig.image_mean),
+        (
+            ResizeTo::Exact {
+                height: 20,
+                width: 30
+            },
+            [0.5; 3]
+        )
+    );
     // Size dicts must have exactly one of transformers' key sets; longest_edge is ignored by CLIP.
     let le = parse(r#"{"image_processor_type": "CLIPImageProcessor", "size": {"shortest_edge": 64, "longest_edge": 99}}"#).unwrap();
     assert_eq!(le.size, ResizeTo::ShortestEdge(64));
@@ -273,13 +380,22 @@ fn processor_configs_follow_transformers_rules() {
         r#"{"image_processor_type": "CLIPImageProcessor", "crop_size": {"shortest_edge": 224}}"#,
         r#"{"image_processor_type": "CLIPImageProcessor", "size": 0}"#,
     ] {
-        assert!(matches!(parse(bad), Err(ImageError::Config { .. })), "accepted {bad}");
+        assert!(
+            matches!(parse(bad), Err(ImageError::Config { .. })),
+            "accepted {bad}"
+        );
     }
     // A batch whose images come out at different sizes cannot be stacked.
-    let nocrop = parse(r#"{"image_processor_type": "CLIPImageProcessor", "size": 8, "do_center_crop": false}"#).unwrap();
+    let nocrop = parse(
+        r#"{"image_processor_type": "CLIPImageProcessor", "size": 8, "do_center_crop": false}"#,
+    )
+    .unwrap();
     let a = RgbImage::new(10, 20, vec![0; 600]).unwrap();
     let b = RgbImage::new(20, 10, vec![0; 600]).unwrap();
-    assert!(matches!(nocrop.preprocess_batch(&[a, b]), Err(ImageError::Config { .. })));
+    assert!(matches!(
+        nocrop.preprocess_batch(&[a, b]),
+        Err(ImageError::Config { .. })
+    ));
 }
 
 #[test]
@@ -303,7 +419,15 @@ fn damaged_files_error_without_panicking() {
             b[pos] ^= 0x5A;
             let _ = decode_bytes(&b, &name, &DecodeOptions::default());
         }
-        assert!(decode_bytes(&bytes[..bytes.len().min(120)], &name, &DecodeOptions::default()).is_err(), "{file}");
+        assert!(
+            decode_bytes(
+                &bytes[..bytes.len().min(120)],
+                &name,
+                &DecodeOptions::default()
+            )
+            .is_err(),
+            "{file}"
+        );
     }
     assert!(errors > 0);
 }

@@ -22,22 +22,40 @@ struct Reference(Vec<u8>);
 
 impl Reference {
     fn open() -> Self {
-        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/real/dinov2_small_imgfocus.safetensors");
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/real/dinov2_small_imgfocus.safetensors");
         Self(std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
     }
 
     /// Asserts `actual` has the shape of reference `key` and `max |a − b| ≤ tol`; returns the error.
     fn assert_close<const D: usize>(&self, key: &str, actual: Tensor<D>, tol: f32) -> f32 {
         let st = safetensors::SafeTensors::deserialize(&self.0).expect("valid safetensors");
-        let t = st.tensor(key).unwrap_or_else(|_| panic!("no tensor '{key}' in the reference"));
+        let t = st
+            .tensor(key)
+            .unwrap_or_else(|_| panic!("no tensor '{key}' in the reference"));
         assert_eq!(t.dtype(), safetensors::Dtype::F32, "{key}");
         assert_eq!(actual.dims().to_vec(), t.shape().to_vec(), "shape of {key}");
-        let expected: Vec<f32> = t.data().chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
-        let got: Vec<f32> = actual.into_data().convert::<f32>().try_into_vec::<f32>().unwrap();
-        let err = got.iter().zip(&expected).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        let expected: Vec<f32> = t
+            .data()
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        let got: Vec<f32> = actual
+            .into_data()
+            .convert::<f32>()
+            .try_into_vec::<f32>()
+            .unwrap();
+        let err = got
+            .iter()
+            .zip(&expected)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
         let scale = expected.iter().map(|v| v.abs()).fold(0f32, f32::max);
         println!("{key}: max abs error {err:.3e} (max |reference| {scale:.3})");
-        assert!(got.iter().all(|v| v.is_finite()), "{key}: non-finite output");
+        assert!(
+            got.iter().all(|v| v.is_finite()),
+            "{key}: non-finite output"
+        );
         assert!(err <= tol, "{key}: max abs error {err:e} > {tol:e}");
         err
     }
@@ -52,7 +70,10 @@ fn real_input(device: &Device) -> Tensor<4> {
         for i in 0..224 {
             for j in 0..224 {
                 let (i, j) = (i as f64, j as f64);
-                v.push((2.0 * (0.05 * k * i + 0.03 * j).sin() * (0.02 * i - 0.07 * k * j + cf).cos()) as f32);
+                v.push(
+                    (2.0 * (0.05 * k * i + 0.03 * j).sin() * (0.02 * i - 0.07 * k * j + cf).cos())
+                        as f32,
+                );
             }
         }
     }
@@ -68,26 +89,56 @@ fn first9(x: Tensor<3>) -> Tensor<3> {
 #[test]
 fn real_dinov2_small_matches_transformers() {
     let Some(dir) = std::env::var_os("BINDSCOPE_REAL_MODELS") else {
-        println!("skipping real_dinov2: set BINDSCOPE_REAL_MODELS=DIR (DIR/dinov2-small-imgfocus from shared/tools/real-models.sh)");
+        println!(
+            "skipping real_dinov2: set BINDSCOPE_REAL_MODELS=DIR (DIR/dinov2-small-imgfocus from shared/tools/real-models.sh)"
+        );
         return;
     };
     let model_dir = std::path::Path::new(&dir).join("dinov2-small-imgfocus");
     let device = Device::flex();
-    let ckpt = Checkpoint::from_dir("dinov2-small-imgfocus", &model_dir).unwrap_or_else(|e| panic!("{e}"));
-    let model = Dinov2Model::load(&ckpt, &device, &LoadOptions::default()).unwrap_or_else(|e| panic!("{e}"));
+    let ckpt =
+        Checkpoint::from_dir("dinov2-small-imgfocus", &model_dir).unwrap_or_else(|e| panic!("{e}"));
+    let model = Dinov2Model::load(&ckpt, &device, &LoadOptions::default())
+        .unwrap_or_else(|e| panic!("{e}"));
     let r = Reference::open();
 
     let x = real_input(&device);
     let [n, c, _, _] = x.dims();
-    r.assert_close("pixel_values.corner", x.clone().slice([0..n, 0..c, 0..8, 0..8]), 1e-6);
-    r.assert_close("pixel_values.mean", x.clone().mean_dims(&[2, 3]).reshape([n, c]), 1e-6);
+    r.assert_close(
+        "pixel_values.corner",
+        x.clone().slice([0..n, 0..c, 0..8, 0..8]),
+        1e-6,
+    );
+    r.assert_close(
+        "pixel_values.mean",
+        x.clone().mean_dims(&[2, 3]).reshape([n, c]),
+        1e-6,
+    );
 
-    let out = model.forward(x.clone(), ForwardOptions { output_hidden_states: true, output_attentions: false });
+    let out = model.forward(
+        x.clone(),
+        ForwardOptions {
+            output_hidden_states: true,
+            output_attentions: false,
+        },
+    );
     assert_eq!(out.last_hidden_state.dims(), [1, 1 + 16 * 16, 384]);
     let tol = 1e-4;
-    r.assert_close("hidden_states.0.slice", first9(out.hidden_states.unwrap()[0].clone()), tol);
-    r.assert_close("last_hidden_state.slice", first9(out.last_hidden_state.clone()), tol);
-    r.assert_close("last_hidden_state.mean", out.last_hidden_state.mean_dim(1).reshape([1, 384]), tol);
+    r.assert_close(
+        "hidden_states.0.slice",
+        first9(out.hidden_states.unwrap()[0].clone()),
+        tol,
+    );
+    r.assert_close(
+        "last_hidden_state.slice",
+        first9(out.last_hidden_state.clone()),
+        tol,
+    );
+    r.assert_close(
+        "last_hidden_state.mean",
+        out.last_hidden_state.mean_dim(1).reshape([1, 384]),
+        tol,
+    );
     r.assert_close("pooler_output", out.pooler_output, tol);
     r.assert_close("pooler_output", model.embed(x, VisionReadout::Pooled), tol);
 }

@@ -15,8 +15,10 @@ use std::path::PathBuf;
 
 fn cases() -> Value {
     let path = fixture("text").join("cases.json");
-    serde_json::from_str(&std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
-        .expect("cases.json")
+    serde_json::from_str(
+        &std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
+    )
+    .expect("cases.json")
 }
 
 fn real_dir() -> Option<PathBuf> {
@@ -30,7 +32,9 @@ fn run_cases(kind: &str, root: &std::path::Path) -> usize {
     for case in all["cases"].as_array().unwrap() {
         let name = case["name"].as_str().unwrap();
         let spec = case["tokenizer"].as_str().unwrap();
-        let Some(rel) = spec.strip_prefix(&format!("{kind}:")) else { continue };
+        let Some(rel) = spec.strip_prefix(&format!("{kind}:")) else {
+            continue;
+        };
         let policy: TextPolicy = serde_json::from_value(case["policy"].clone()).expect("policy");
         let texts: Vec<&str> = all["texts"][case["texts"].as_str().unwrap()]
             .as_array()
@@ -38,10 +42,14 @@ fn run_cases(kind: &str, root: &std::path::Path) -> usize {
             .iter()
             .map(|t| t.as_str().unwrap())
             .collect();
-        let expected_ids: Vec<Vec<i64>> = serde_json::from_value(case["input_ids"].clone()).unwrap();
+        let expected_ids: Vec<Vec<i64>> =
+            serde_json::from_value(case["input_ids"].clone()).unwrap();
         let lengths: Vec<usize> = serde_json::from_value(case["lengths"].clone()).unwrap();
-        let tok = Tokenizer::from_file(root.join(rel), policy.clone()).unwrap_or_else(|e| panic!("{name}: {e}"));
-        let enc = tok.encode_batch(&texts).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let tok = Tokenizer::from_file(root.join(rel), policy.clone())
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let enc = tok
+            .encode_batch(&texts)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
         assert_eq!(enc.len(), texts.len(), "{name}");
         for (i, (got, want)) in enc.input_ids.iter().zip(&expected_ids).enumerate() {
             assert_eq!(got, want, "{name}: input_ids of text {i} ({:?})", texts[i]);
@@ -68,7 +76,9 @@ fn committed_tokenizers_match_transformers_exactly() {
 #[test]
 fn real_tokenizers_match_transformers_exactly() {
     let Some(root) = real_dir() else {
-        eprintln!("skipped: set BINDSCOPE_REAL_MODELS=DIR (from shared/tools/real-models.sh) to test the real MiniLM and CLIP tokenizer files");
+        eprintln!(
+            "skipped: set BINDSCOPE_REAL_MODELS=DIR (from shared/tools/real-models.sh) to test the real MiniLM and CLIP tokenizer files"
+        );
         return;
     };
     let ran = run_cases("real", &root);
@@ -80,15 +90,26 @@ fn tokenizer_json_padding_and_truncation_are_ignored() {
     // bert-small keeps MiniLM's `"padding": Fixed(128)` / `"truncation": 128` sections.
     let path = fixture("text").join("bert-small/tokenizer.json");
     let raw: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    assert_eq!(raw["padding"]["strategy"]["Fixed"], 128, "fixture should carry the 128 padding");
+    assert_eq!(
+        raw["padding"]["strategy"]["Fixed"], 128,
+        "fixture should carry the 128 padding"
+    );
     let tok = Tokenizer::from_file(&path, TextPolicy::bert()).unwrap();
     let enc = tok.encode_batch(&["the", "the world"]).unwrap();
-    assert_eq!(enc.seq_len(), 4, "[CLS] the world [SEP]: padded to the longest, not to 128");
+    assert_eq!(
+        enc.seq_len(),
+        4,
+        "[CLS] the world [SEP]: padded to the longest, not to 128"
+    );
     assert_eq!(enc.attention_mask, vec![vec![1, 1, 1, 0], vec![1, 1, 1, 1]]);
     assert_eq!(enc.input_ids[0][3], 0, "[PAD] is id 0");
     let long = "word ".repeat(300);
     let enc = tok.encode_batch(&[long.as_str()]).unwrap();
-    assert_eq!(enc.seq_len(), 302, "300 words + 2 specials: not truncated at 128");
+    assert_eq!(
+        enc.seq_len(),
+        302,
+        "300 words + 2 specials: not truncated at 128"
+    );
     assert_eq!(*enc.input_ids[0].last().unwrap(), 102, "[SEP] last");
 }
 
@@ -96,14 +117,23 @@ fn tokenizer_json_padding_and_truncation_are_ignored() {
 fn clip_truncation_keeps_end_of_text_and_pads_with_the_configured_token() {
     let path = fixture("text").join("clip-small/tokenizer.json");
     let tok = Tokenizer::from_file(&path, TextPolicy::clip()).unwrap();
-    assert_eq!(tok.pad(), ("<|endoftext|>", 49407), "pad token from tokenizer_config.json");
+    assert_eq!(
+        tok.pad(),
+        ("<|endoftext|>", 49407),
+        "pad token from tokenizer_config.json"
+    );
     let long = "a photo of a cat ".repeat(40);
     let enc = tok.encode_batch(&[long.as_str(), "a dog"]).unwrap();
     assert_eq!(enc.seq_len(), 77);
     assert_eq!(enc.input_ids[0][0], 49406);
     assert_eq!(enc.input_ids[0][76], 49407);
-    assert_eq!(enc.attention_mask[1].iter().sum::<i64>(), 4, "<sot> a dog <eot>");
-    let explicit = Tokenizer::from_file(&path, TextPolicy::clip_max_length().with_pad_token("!")).unwrap();
+    assert_eq!(
+        enc.attention_mask[1].iter().sum::<i64>(),
+        4,
+        "<sot> a dog <eot>"
+    );
+    let explicit =
+        Tokenizer::from_file(&path, TextPolicy::clip_max_length().with_pad_token("!")).unwrap();
     assert_eq!(explicit.pad(), ("!", 0));
     let enc = explicit.encode_batch(&["a dog"]).unwrap();
     assert_eq!(enc.seq_len(), 77);
@@ -112,14 +142,26 @@ fn clip_truncation_keeps_end_of_text_and_pads_with_the_configured_token() {
 
 #[test]
 fn encoded_batch_converts_to_tensors() {
-    let tok = Tokenizer::from_file(fixture("text").join("bert-small/tokenizer.json"), TextPolicy::bert()).unwrap();
+    let tok = Tokenizer::from_file(
+        fixture("text").join("bert-small/tokenizer.json"),
+        TextPolicy::bert(),
+    )
+    .unwrap();
     let enc = tok.encode_batch(&["a", "a b c"]).unwrap();
     let (ids, mask) = enc.tensors(&Device::flex());
     assert_eq!(ids.dims(), [2, 5]);
     assert_eq!(mask.dims(), [2, 5]);
-    let flat: Vec<i64> = ids.into_data().convert::<i64>().try_to_vec::<i64>().unwrap();
+    let flat: Vec<i64> = ids
+        .into_data()
+        .convert::<i64>()
+        .try_to_vec::<i64>()
+        .unwrap();
     assert_eq!(flat, enc.input_ids.concat());
-    let flat: Vec<i64> = mask.into_data().convert::<i64>().try_to_vec::<i64>().unwrap();
+    let flat: Vec<i64> = mask
+        .into_data()
+        .convert::<i64>()
+        .try_to_vec::<i64>()
+        .unwrap();
     assert_eq!(flat, enc.attention_mask.concat());
     let empty = tok.encode_batch(&[]).unwrap();
     assert!(empty.is_empty() && empty.seq_len() == 0);
@@ -128,17 +170,33 @@ fn encoded_batch_converts_to_tensors() {
 #[test]
 fn policies_by_model_type() {
     let p = TextPolicy::for_model_type("bert").unwrap();
-    assert_eq!((p.family, p.max_length, p.padding), (TextFamily::Bert, 512, Padding::Longest));
+    assert_eq!(
+        (p.family, p.max_length, p.padding),
+        (TextFamily::Bert, 512, Padding::Longest)
+    );
     let p = TextPolicy::for_model_type("clip").unwrap();
-    assert_eq!((p.family, p.max_length, p.padding), (TextFamily::Clip, 77, Padding::Longest));
+    assert_eq!(
+        (p.family, p.max_length, p.padding),
+        (TextFamily::Clip, 77, Padding::Longest)
+    );
     let p = TextPolicy::for_model_type("siglip").unwrap();
-    assert_eq!((p.family, p.max_length, p.padding), (TextFamily::Siglip, 64, Padding::MaxLength));
+    assert_eq!(
+        (p.family, p.max_length, p.padding),
+        (TextFamily::Siglip, 64, Padding::MaxLength)
+    );
     let err = TextPolicy::for_model_type("gpt2").unwrap_err();
-    assert!(matches!(err, TextError::UnknownModelType(_)) && err.to_string().contains("gpt2"), "{err}");
-    let cfg = serde_json::json!({"model_type": "siglip", "text_config": {"max_position_embeddings": 16}});
+    assert!(
+        matches!(err, TextError::UnknownModelType(_)) && err.to_string().contains("gpt2"),
+        "{err}"
+    );
+    let cfg =
+        serde_json::json!({"model_type": "siglip", "text_config": {"max_position_embeddings": 16}});
     assert_eq!(TextPolicy::from_config(&cfg).unwrap().max_length, 16);
     let cfg = serde_json::json!({"model_type": "bert", "max_position_embeddings": 128});
-    assert_eq!(TextPolicy::from_config(&cfg).unwrap(), TextPolicy::bert().with_max_length(128));
+    assert_eq!(
+        TextPolicy::from_config(&cfg).unwrap(),
+        TextPolicy::bert().with_max_length(128)
+    );
 }
 
 #[test]
@@ -146,7 +204,10 @@ fn missing_tokenizer_file_is_an_error_naming_the_file() {
     let path = std::env::temp_dir().join("bindscope-no-such-dir/tokenizer.json");
     let err = Tokenizer::from_file(&path, TextPolicy::bert()).unwrap_err();
     assert!(matches!(err, TextError::File { .. }));
-    assert!(err.to_string().contains(&path.display().to_string()), "{err}");
+    assert!(
+        err.to_string().contains(&path.display().to_string()),
+        "{err}"
+    );
 }
 
 #[test]
@@ -155,7 +216,9 @@ fn malformed_tokenizer_file_is_an_error_naming_the_file() {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("tokenizer.json");
     std::fs::write(&path, "{\"not\": \"a tokenizer\"}").unwrap();
-    let err = Tokenizer::from_file(&path, TextPolicy::clip()).unwrap_err().to_string();
+    let err = Tokenizer::from_file(&path, TextPolicy::clip())
+        .unwrap_err()
+        .to_string();
     std::fs::remove_dir_all(&dir).ok();
     assert!(err.contains(&path.display().to_string()), "{err}");
 }
@@ -163,8 +226,14 @@ fn malformed_tokenizer_file_is_an_error_naming_the_file() {
 #[test]
 fn pad_token_missing_from_vocabulary_is_an_error() {
     let path = fixture("text").join("clip-small/tokenizer.json");
-    let err = Tokenizer::from_file(&path, TextPolicy::siglip().with_pad_token("<no-such-token>"))
-        .unwrap_err()
-        .to_string();
-    assert!(err.contains("<no-such-token>") && err.contains("clip-small"), "{err}");
+    let err = Tokenizer::from_file(
+        &path,
+        TextPolicy::siglip().with_pad_token("<no-such-token>"),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("<no-such-token>") && err.contains("clip-small"),
+        "{err}"
+    );
 }

@@ -15,7 +15,10 @@ pub struct ModelOpts {
 
 impl ModelOpts {
     pub fn load_options(&self) -> LoadOptions {
-        LoadOptions { keep_dtype: self.dtype == "keep", ..Default::default() }
+        LoadOptions {
+            keep_dtype: self.dtype == "keep",
+            ..Default::default()
+        }
     }
 }
 
@@ -29,11 +32,22 @@ pub fn resolve(spec: &str) -> Result<Checkpoint> {
 pub fn slug(spec: &str) -> String {
     let p = Path::new(spec);
     let base = if p.is_dir() {
-        p.canonicalize().ok().and_then(|c| c.file_name().map(|n| n.to_string_lossy().into_owned())).unwrap_or_else(|| spec.to_string())
+        p.canonicalize()
+            .ok()
+            .and_then(|c| c.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .unwrap_or_else(|| spec.to_string())
     } else {
         spec.replace('/', "--")
     };
-    base.chars().map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' }).collect()
+    base.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
 }
 
 /// Versions of bindscope and the crates that decide its numbers, read from the Cargo.lock the
@@ -47,7 +61,16 @@ pub fn crate_versions() -> serde_json::Value {
         if let Some(n) = line.strip_prefix("name = \"") {
             name = n.strip_suffix('"');
         } else if let (Some(n), Some(v)) = (name, line.strip_prefix("version = \"")) {
-            if ["burn", "burn-flex", "burn-store", "faer", "image", "tokenizers"].contains(&n) {
+            if [
+                "burn",
+                "burn-flex",
+                "burn-store",
+                "faer",
+                "image",
+                "tokenizers",
+            ]
+            .contains(&n)
+            {
                 out.insert(n.into(), v.trim_end_matches('"').into());
             }
             name = None;
@@ -80,12 +103,14 @@ pub fn timestamp() -> String {
 /// Writes pretty JSON atomically.
 pub fn write_json(path: &Path, value: &serde_json::Value) -> Result<()> {
     let text = serde_json::to_string_pretty(value)? + "\n";
-    bindscope_core::fsutil::write_atomic(path, text.as_bytes()).with_context(|| format!("writing {}", path.display()))
+    bindscope_core::fsutil::write_atomic(path, text.as_bytes())
+        .with_context(|| format!("writing {}", path.display()))
 }
 
 /// Reads JSON.
 pub fn read_json(path: &Path) -> Result<serde_json::Value> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     serde_json::from_str(&text).with_context(|| format!("{}: invalid JSON", path.display()))
 }
 

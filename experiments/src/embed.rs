@@ -51,7 +51,10 @@ pub fn run(args: EmbedArgs, device: &Device) -> Result<()> {
     let format = match args.out.extension().and_then(|e| e.to_str()) {
         Some("jsonl") => Format::Jsonl,
         Some("safetensors") => Format::Safetensors,
-        _ => bail!("--out {}: expected a .jsonl or .safetensors file name", args.out.display()),
+        _ => bail!(
+            "--out {}: expected a .jsonl or .safetensors file name",
+            args.out.display()
+        ),
     };
     if args.batch_size == 0 {
         bail!("--batch-size must be at least 1");
@@ -76,19 +79,34 @@ pub fn run(args: EmbedArgs, device: &Device) -> Result<()> {
         }
         Format::Safetensors => {
             let bytes: Vec<u8> = rows.iter().flat_map(|v| v.to_le_bytes()).collect();
-            let view = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![inputs.len(), dim], &bytes)
+            let view = safetensors::tensor::TensorView::new(
+                safetensors::Dtype::F32,
+                vec![inputs.len(), dim],
+                &bytes,
+            )
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+            let meta = std::collections::HashMap::from([(
+                "inputs".to_string(),
+                serde_json::to_string(&inputs)?,
+            )]);
+            let data = safetensors::serialize([("embeddings", view)], Some(meta))
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
-            let meta = std::collections::HashMap::from([("inputs".to_string(), serde_json::to_string(&inputs)?)]);
-            let data = safetensors::serialize([("embeddings", view)], Some(meta)).map_err(|e| anyhow::anyhow!("{e}"))?;
             bindscope_core::fsutil::write_atomic(&args.out, &data)?;
         }
     }
-    eprintln!("wrote {} embeddings of dimension {dim} to {}", inputs.len(), args.out.display());
+    eprintln!(
+        "wrote {} embeddings of dimension {dim} to {}",
+        inputs.len(),
+        args.out.display()
+    );
     Ok(())
 }
 
 fn host(t: Tensor<2>) -> Vec<f32> {
-    t.into_data().convert::<f32>().try_to_vec::<f32>().expect("f32 data")
+    t.into_data()
+        .convert::<f32>()
+        .try_to_vec::<f32>()
+        .expect("f32 data")
 }
 
 fn embed_texts(
@@ -98,10 +116,15 @@ fn embed_texts(
     device: &Device,
     opts: &bindscope_core::LoadOptions,
 ) -> Result<(Vec<String>, Vec<f32>, usize)> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading --texts {}", path.display()))?;
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading --texts {}", path.display()))?;
     let lines: Vec<String> = text.lines().map(str::to_string).collect();
     if let Some(n) = lines.iter().position(|l| l.trim().is_empty()) {
-        bail!("{}:{}: empty line (one input per line; remove blank lines)", path.display(), n + 1);
+        bail!(
+            "{}:{}: empty line (one input per line; remove blank lines)",
+            path.display(),
+            n + 1
+        );
     }
     if lines.is_empty() {
         bail!("{}: no inputs", path.display());
@@ -143,7 +166,11 @@ fn embed_images(
                 }
             }
             if !d.not_files.is_empty() {
-                eprintln!("{}: {} entries that are not files were not read", p.display(), d.not_files.len());
+                eprintln!(
+                    "{}: {} entries that are not files were not read",
+                    p.display(),
+                    d.not_files.len()
+                );
             }
         } else {
             files.push(p.clone());
@@ -154,15 +181,24 @@ fn embed_images(
             eprintln!("unreadable: {f}");
         }
         if !args.skip_unreadable {
-            bail!("{} unreadable image(s) (listed above); nothing written. Pass --skip-unreadable to embed the rest", failures.len());
+            bail!(
+                "{} unreadable image(s) (listed above); nothing written. Pass --skip-unreadable to embed the rest",
+                failures.len()
+            );
         }
-        eprintln!("{} unreadable image(s) skipped (--skip-unreadable)", failures.len());
+        eprintln!(
+            "{} unreadable image(s) skipped (--skip-unreadable)",
+            failures.len()
+        );
     }
     if files.is_empty() {
         bail!("no images to embed");
     }
     let pp = ckpt.preprocessor_config.as_ref().with_context(|| {
-        format!("{}: no preprocessor_config.json: cannot preprocess images for this model", ckpt.dir().display())
+        format!(
+            "{}: no preprocessor_config.json: cannot preprocess images for this model",
+            ckpt.dir().display()
+        )
     })?;
     let processor = ImageProcessor::from_file(pp)?;
     let model = bindscope_models::registry::load_vision(ckpt, device, opts)?;
@@ -170,7 +206,10 @@ fn embed_images(
     let mut rows = Vec::new();
     let mut dim = 0;
     for batch in files.chunks(args.batch_size) {
-        let imgs: Vec<RgbImage> = batch.iter().map(|f| decode_file(f, &decode)).collect::<Result<_, _>>()?;
+        let imgs: Vec<RgbImage> = batch
+            .iter()
+            .map(|f| decode_file(f, &decode))
+            .collect::<Result<_, _>>()?;
         let x = processor.pixel_values(&imgs, device)?;
         let e = model.embed(x, args.output);
         dim = e.dims()[1];
@@ -178,5 +217,9 @@ fn embed_images(
         pb.inc(batch.len() as u64);
     }
     pb.finish_and_clear();
-    Ok((files.iter().map(|f| f.display().to_string()).collect(), rows, dim))
+    Ok((
+        files.iter().map(|f| f.display().to_string()).collect(),
+        rows,
+        dim,
+    ))
 }

@@ -19,9 +19,13 @@ pub struct InfoArgs {
 
 pub fn run(args: InfoArgs, device: &Device, device_spec: &str) -> Result<()> {
     let ckpt = common::resolve(&args.model)?;
-    let loaded = bindscope_models::registry::load_any(&ckpt, device, &args.model_opts.load_options())?;
+    let loaded =
+        bindscope_models::registry::load_any(&ckpt, device, &args.model_opts.load_options())?;
     let dtypes = bindscope_core::load::file_dtypes(&ckpt.weights)?;
-    let towers: Vec<serde_json::Value> = loaded.iter().map(|(tower, info)| serde_json::json!({"tower": tower, "info": info})).collect();
+    let towers: Vec<serde_json::Value> = loaded
+        .iter()
+        .map(|(tower, info)| serde_json::json!({"tower": tower, "info": info}))
+        .collect();
     let v = serde_json::json!({
         "model": args.model,
         "files": ckpt.weights.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
@@ -35,8 +39,15 @@ pub fn run(args: InfoArgs, device: &Device, device_spec: &str) -> Result<()> {
         return Ok(());
     }
     println!("model        {}", args.model);
-    println!("weights      {} file(s), stored as {}", ckpt.weights.len(), dtypes.join(", "));
-    println!("loaded as    {}", v["loaded_dtype"].as_str().unwrap_or("f32"));
+    println!(
+        "weights      {} file(s), stored as {}",
+        ckpt.weights.len(),
+        dtypes.join(", ")
+    );
+    println!(
+        "loaded as    {}",
+        v["loaded_dtype"].as_str().unwrap_or("f32")
+    );
     println!("device       {device_spec} ({device:?})");
     for (tower, info) in &loaded {
         println!(
@@ -48,7 +59,10 @@ pub fn run(args: InfoArgs, device: &Device, device_spec: &str) -> Result<()> {
             info.embed_dim,
             info.num_params,
             if info.patch_size > 0 {
-                format!("{}×{} (patch {})", info.input_size[0], info.input_size[1], info.patch_size)
+                format!(
+                    "{}×{} (patch {})",
+                    info.input_size[0], info.input_size[1], info.patch_size
+                )
             } else {
                 format!("≤ {} tokens", info.input_size[0])
             }

@@ -92,8 +92,14 @@ struct ModelSummary {
 
 fn parse_size(s: &str) -> Result<[usize; 2]> {
     let (h, w) = s.split_once(['x', 'X']).unwrap_or((s, s));
-    let h: usize = h.trim().parse().with_context(|| format!("--size '{s}': expected HxW, e.g. 224x224"))?;
-    let w: usize = w.trim().parse().with_context(|| format!("--size '{s}': expected HxW, e.g. 224x224"))?;
+    let h: usize = h
+        .trim()
+        .parse()
+        .with_context(|| format!("--size '{s}': expected HxW, e.g. 224x224"))?;
+    let w: usize = w
+        .trim()
+        .parse()
+        .with_context(|| format!("--size '{s}': expected HxW, e.g. 224x224"))?;
     if h == 0 || w == 0 {
         bail!("--size '{s}': sizes must be positive");
     }
@@ -102,19 +108,33 @@ fn parse_size(s: &str) -> Result<[usize; 2]> {
 
 fn model_normalization(ckpt: &bindscope_core::Checkpoint) -> Result<([f32; 3], [f32; 3])> {
     let path = ckpt.preprocessor_config.as_ref().with_context(|| {
-        format!("--normalize model: {} has no preprocessor_config.json", ckpt.dir().display())
+        format!(
+            "--normalize model: {} has no preprocessor_config.json",
+            ckpt.dir().display()
+        )
     })?;
     let v = common::read_json(path)?;
     let triple = |key: &str| -> Result<[f32; 3]> {
-        let a = v.get(key).and_then(|a| a.as_array()).with_context(|| format!("{}: missing '{key}'", path.display()))?;
-        let vals: Vec<f32> = a.iter().filter_map(|x| x.as_f64().map(|x| x as f32)).collect();
-        vals.try_into().map_err(|_| anyhow::anyhow!("{}: '{key}' must be 3 numbers", path.display()))
+        let a = v
+            .get(key)
+            .and_then(|a| a.as_array())
+            .with_context(|| format!("{}: missing '{key}'", path.display()))?;
+        let vals: Vec<f32> = a
+            .iter()
+            .filter_map(|x| x.as_f64().map(|x| x as f32))
+            .collect();
+        vals.try_into()
+            .map_err(|_| anyhow::anyhow!("{}: '{key}' must be 3 numbers", path.display()))
     };
     Ok((triple("image_mean")?, triple("image_std")?))
 }
 
 pub fn run(args: JerArgs, device: &Device, device_spec: &str) -> Result<()> {
-    let seeds = if args.seeds.is_empty() { vec![args.seed] } else { args.seeds.clone() };
+    let seeds = if args.seeds.is_empty() {
+        vec![args.seed]
+    } else {
+        args.seeds.clone()
+    };
     if args.images == 0 {
         bail!("--images must be at least 1");
     }
@@ -130,13 +150,29 @@ pub fn run(args: JerArgs, device: &Device, device_spec: &str) -> Result<()> {
             (Some(o), true) => Some(o.join(common::slug(spec))),
             (None, _) => None,
         };
-        summaries.push(run_model(&args, spec, &seeds, out, &stamp, device, device_spec)?);
+        summaries.push(run_model(
+            &args,
+            spec,
+            &seeds,
+            out,
+            &stamp,
+            device,
+            device_spec,
+        )?);
     }
     if several {
-        let dir = args.out.clone().unwrap_or_else(|| common::runs_root("jer").join(format!("compare-{stamp}")));
+        let dir = args
+            .out
+            .clone()
+            .unwrap_or_else(|| common::runs_root("jer").join(format!("compare-{stamp}")));
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let mut csv = String::from("model,jer_mean,jer_std,jer_ci95_low,jer_ci95_high,jer_cv,erank_mean,erank_std,run_dir\n");
-        println!("\n{:<40} {:>16} {:>16} {:>8}", "model", "JER (mean±std)", "erank (mean±std)", "CV");
+        let mut csv = String::from(
+            "model,jer_mean,jer_std,jer_ci95_low,jer_ci95_high,jer_cv,erank_mean,erank_std,run_dir\n",
+        );
+        println!(
+            "\n{:<40} {:>16} {:>16} {:>8}",
+            "model", "JER (mean±std)", "erank (mean±std)", "CV"
+        );
         for s in &summaries {
             println!(
                 "{:<40} {:>9.3} ± {:<5.3} {:>9.3} ± {:<5.3} {:>8.4}",
@@ -144,12 +180,22 @@ pub fn run(args: JerArgs, device: &Device, device_spec: &str) -> Result<()> {
             );
             csv.push_str(&format!(
                 "{},{},{},{},{},{},{},{},{}\n",
-                s.model, s.jer.mean, s.jer.std, s.jer.ci95_low, s.jer.ci95_high, s.jer.cv, s.erank.mean, s.erank.std,
+                s.model,
+                s.jer.mean,
+                s.jer.std,
+                s.jer.ci95_low,
+                s.jer.ci95_high,
+                s.jer.cv,
+                s.erank.mean,
+                s.erank.std,
                 s.dir.display()
             ));
         }
         bindscope_core::fsutil::write_atomic(&dir.join("comparison.csv"), csv.as_bytes())?;
-        let series: Vec<(String, Vec<f64>)> = summaries.iter().map(|s| (s.model.clone(), s.spectrum.clone())).collect();
+        let series: Vec<(String, Vec<f64>)> = summaries
+            .iter()
+            .map(|s| (s.model.clone(), s.spectrum.clone()))
+            .collect();
         plot::spectrum_svg(&dir.join("spectrum.svg"), &series)?;
         println!("comparison: {}", dir.display());
     }
@@ -169,15 +215,20 @@ fn run_model(
     let ckpt = common::resolve(spec)?;
     let sha = ckpt.weights_sha256()?;
     let ad = device.clone().autodiff();
-    let model: Box<dyn VisionEncoder> = bindscope_models::registry::load_vision(&ckpt, &ad, &args.model_opts.load_options())
-        .with_context(|| format!("loading vision encoder of '{spec}'"))?;
+    let model: Box<dyn VisionEncoder> =
+        bindscope_models::registry::load_vision(&ckpt, &ad, &args.model_opts.load_options())
+            .with_context(|| format!("loading vision encoder of '{spec}'"))?;
     let info = model.info();
     let [h, w] = parse_size(&args.size)?;
     let (mean, std) = match args.normalize.as_str() {
         "model" => model_normalization(&ckpt)?,
         _ => (IMAGENET_MEAN, IMAGENET_STD),
     };
-    let probe = ProbeSpec { norm_mean: mean, norm_std: std, ..ProbeSpec::paper(h, w) };
+    let probe = ProbeSpec {
+        norm_mean: mean,
+        norm_std: std,
+        ..ProbeSpec::paper(h, w)
+    };
 
     // The differentiable map: final output, or every block's output then the final one.
     let readout = args.output;
@@ -185,9 +236,18 @@ fn run_model(
     let m: &dyn VisionEncoder = model.as_ref();
     let f = move |x: Tensor<4>| -> Vec<Tensor<2>> {
         if depth {
-            let out = m.forward_vision(x, ForwardOptions { output_hidden_states: true, output_attentions: false });
+            let out = m.forward_vision(
+                x,
+                ForwardOptions {
+                    output_hidden_states: true,
+                    output_attentions: false,
+                },
+            );
             let hs = out.hidden_states.expect("hidden states requested");
-            hs.into_iter().skip(1).map(|h| m.readout(h, readout)).collect()
+            hs.into_iter()
+                .skip(1)
+                .map(|h| m.readout(h, readout))
+                .collect()
         } else {
             vec![m.embed(x, readout)]
         }
@@ -202,7 +262,11 @@ fn run_model(
     }
     for &d in &dims {
         if args.directions < 2 || args.directions > d {
-            bail!("--directions {} is invalid for '{spec}': the {} output has dimension {d}; need 2 ≤ k ≤ {d}", args.directions, serde_json::to_string(&readout)?);
+            bail!(
+                "--directions {} is invalid for '{spec}': the {} output has dimension {d}; need 2 ≤ k ≤ {d}",
+                args.directions,
+                serde_json::to_string(&readout)?
+            );
         }
     }
 
@@ -257,14 +321,32 @@ fn run_model(
         args.estimator,
         serde_json::to_string(&readout)?.trim_matches('"'),
         dir.display(),
-        if done.is_empty() { String::new() } else { format!(" (resuming: {} of {total} images done)", done.len()) }
+        if done.is_empty() {
+            String::new()
+        } else {
+            format!(" (resuming: {} of {total} images done)", done.len())
+        }
     );
     let pb = common::progress(total, "images");
     pb.set_position(done.len() as u64);
     for (s, i) in todo {
-        let outputs = jer_at(&f, &probe, &dims, args.directions, args.estimator, s, i, args.chunk, device)
-            .with_context(|| format!("'{spec}', seed {s}"))?;
-        let rec = ImageRecord { seed: s, image: i, outputs };
+        let outputs = jer_at(
+            &f,
+            &probe,
+            &dims,
+            args.directions,
+            args.estimator,
+            s,
+            i,
+            args.chunk,
+            device,
+        )
+        .with_context(|| format!("'{spec}', seed {s}"))?;
+        let rec = ImageRecord {
+            seed: s,
+            image: i,
+            outputs,
+        };
         bindscope_core::fsutil::append_line(&log, &serde_json::to_string(&rec)?)?;
         done.insert((s, i), rec);
         pb.inc(1);
@@ -290,7 +372,13 @@ fn run_model(
 
 /// Picks the run directory: `--out` if given (it must be empty or hold this configuration),
 /// else the newest `runs/jer/<model>-*` holding this configuration, else a new timestamped one.
-fn choose_run_dir(out: Option<PathBuf>, spec: &str, identity: &serde_json::Value, stamp: &str, fresh: bool) -> Result<PathBuf> {
+fn choose_run_dir(
+    out: Option<PathBuf>,
+    spec: &str,
+    identity: &serde_json::Value,
+    stamp: &str,
+    fresh: bool,
+) -> Result<PathBuf> {
     let matches = |dir: &Path| -> Result<Option<bool>> {
         let cfg = dir.join("config.json");
         if !cfg.exists() {
@@ -303,7 +391,10 @@ fn choose_run_dir(out: Option<PathBuf>, spec: &str, identity: &serde_json::Value
         match matches(&dir)? {
             Some(false) => {
                 let old = common::read_json(&dir.join("config.json"))?;
-                let diff = describe_difference(old.get("identity").unwrap_or(&serde_json::Value::Null), identity);
+                let diff = describe_difference(
+                    old.get("identity").unwrap_or(&serde_json::Value::Null),
+                    identity,
+                );
                 bail!(
                     "{} holds a run with another configuration ({diff}); nothing was overwritten: choose another --out or remove it",
                     dir.display()
@@ -312,9 +403,13 @@ fn choose_run_dir(out: Option<PathBuf>, spec: &str, identity: &serde_json::Value
             Some(true) => return Ok(dir),
             None => {
                 if dir.exists() && std::fs::read_dir(&dir)?.next().is_some() {
-                    bail!("{} exists, is not empty and holds no run config.json; nothing was overwritten", dir.display());
+                    bail!(
+                        "{} exists, is not empty and holds no run config.json; nothing was overwritten",
+                        dir.display()
+                    );
                 }
-                std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+                std::fs::create_dir_all(&dir)
+                    .with_context(|| format!("creating {}", dir.display()))?;
                 return Ok(dir);
             }
         }
@@ -324,7 +419,11 @@ fn choose_run_dir(out: Option<PathBuf>, spec: &str, identity: &serde_json::Value
     if !fresh && root.is_dir() {
         let mut candidates: Vec<PathBuf> = std::fs::read_dir(&root)?
             .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.is_dir() && p.file_name().is_some_and(|n| n.to_string_lossy().starts_with(&prefix)))
+            .filter(|p| {
+                p.is_dir()
+                    && p.file_name()
+                        .is_some_and(|n| n.to_string_lossy().starts_with(&prefix))
+            })
             .collect();
         candidates.sort();
         for c in candidates.into_iter().rev() {
@@ -348,7 +447,13 @@ fn describe_difference(old: &serde_json::Value, new: &serde_json::Value) -> Stri
     let diffs: Vec<String> = keys
         .into_iter()
         .filter(|k| o.get(*k) != n.get(*k))
-        .map(|k| format!("{k}: {} there vs {} now", o.get(k).unwrap_or(&json!(null)), n.get(k).unwrap_or(&json!(null))))
+        .map(|k| {
+            format!(
+                "{k}: {} there vs {} now",
+                o.get(k).unwrap_or(&json!(null)),
+                n.get(k).unwrap_or(&json!(null))
+            )
+        })
         .collect();
     diffs.join("; ")
 }
@@ -359,7 +464,8 @@ fn read_log(path: &Path) -> Result<Vec<ImageRecord>> {
     if !path.exists() {
         return Ok(Vec::new());
     }
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let complete = match text.rfind('\n') {
         Some(i) => &text[..=i],
         None => "",
@@ -371,19 +477,29 @@ fn read_log(path: &Path) -> Result<Vec<ImageRecord>> {
         .lines()
         .enumerate()
         .map(|(n, line)| {
-            serde_json::from_str(line).with_context(|| format!("{}:{}: not a per-image record", path.display(), n + 1))
+            serde_json::from_str(line)
+                .with_context(|| format!("{}:{}: not a per-image record", path.display(), n + 1))
         })
         .collect()
 }
 
-fn write_reports(dir: &Path, spec: &str, records: &[ImageRecord], seeds: &[u64], depth: bool) -> Result<ModelSummary> {
+fn write_reports(
+    dir: &Path,
+    spec: &str,
+    records: &[ImageRecord],
+    seeds: &[u64],
+    depth: bool,
+) -> Result<ModelSummary> {
     let last = |r: &ImageRecord| r.outputs.last().cloned().expect("at least one output");
     let jers: Vec<f64> = records.iter().map(|r| last(r).jer).collect();
     let eranks: Vec<f64> = records.iter().map(|r| last(r).entropy_rank).collect();
     let k = last(&records[0]).sigma.len();
     let mut mean_spec = vec![0f64; k];
     for r in records {
-        for (m, v) in mean_spec.iter_mut().zip(bindscope_jer::normalized_spectrum(&last(r).sigma)) {
+        for (m, v) in mean_spec
+            .iter_mut()
+            .zip(bindscope_jer::normalized_spectrum(&last(r).sigma))
+        {
             *m += v / records.len() as f64;
         }
     }
@@ -394,8 +510,16 @@ fn write_reports(dir: &Path, spec: &str, records: &[ImageRecord], seeds: &[u64],
     let mut spectrum = String::from("seed,image,index,sigma,normalized\n");
     for r in records {
         let o = last(r);
-        per_image.push_str(&format!("{},{},{},{},{}\n", r.seed, r.image, o.jer, o.entropy_rank, o.sigma[0]));
-        for (i, (s, n)) in o.sigma.iter().zip(bindscope_jer::normalized_spectrum(&o.sigma)).enumerate() {
+        per_image.push_str(&format!(
+            "{},{},{},{},{}\n",
+            r.seed, r.image, o.jer, o.entropy_rank, o.sigma[0]
+        ));
+        for (i, (s, n)) in o
+            .sigma
+            .iter()
+            .zip(bindscope_jer::normalized_spectrum(&o.sigma))
+            .enumerate()
+        {
             spectrum.push_str(&format!("{},{},{},{},{}\n", r.seed, r.image, i + 1, s, n));
         }
     }
@@ -405,23 +529,41 @@ fn write_reports(dir: &Path, spec: &str, records: &[ImageRecord], seeds: &[u64],
     let per_seed: Vec<serde_json::Value> = seeds
         .iter()
         .map(|&s| {
-            let v: Vec<f64> = records.iter().filter(|r| r.seed == s).map(|r| last(r).jer).collect();
+            let v: Vec<f64> = records
+                .iter()
+                .filter(|r| r.seed == s)
+                .map(|r| last(r).jer)
+                .collect();
             json!({ "seed": s, "jer": summarize(&v) })
         })
         .collect();
-    let seed_means: Vec<f64> = per_seed.iter().map(|p| p["jer"]["mean"].as_f64().unwrap_or(f64::NAN)).collect();
+    let seed_means: Vec<f64> = per_seed
+        .iter()
+        .map(|p| p["jer"]["mean"].as_f64().unwrap_or(f64::NAN))
+        .collect();
     if seeds.len() > 1 {
         let mut csv = String::from("seed,n,jer_mean,jer_std,jer_cv\n");
         for p in &per_seed {
-            csv.push_str(&format!("{},{},{},{},{}\n", p["seed"], p["jer"]["n"], p["jer"]["mean"], p["jer"]["std"], p["jer"]["cv"]));
+            csv.push_str(&format!(
+                "{},{},{},{},{}\n",
+                p["seed"], p["jer"]["n"], p["jer"]["mean"], p["jer"]["std"], p["jer"]["cv"]
+            ));
         }
         bindscope_core::fsutil::write_atomic(&dir.join("seeds.csv"), csv.as_bytes())?;
         println!("seed stability ({spec}):");
         for p in &per_seed {
-            println!("  seed {:>6}: JER {:.3} ± {:.3}", p["seed"], p["jer"]["mean"].as_f64().unwrap_or(f64::NAN), p["jer"]["std"].as_f64().unwrap_or(f64::NAN));
+            println!(
+                "  seed {:>6}: JER {:.3} ± {:.3}",
+                p["seed"],
+                p["jer"]["mean"].as_f64().unwrap_or(f64::NAN),
+                p["jer"]["std"].as_f64().unwrap_or(f64::NAN)
+            );
         }
         let across = summarize(&seed_means);
-        println!("  across seeds: {:.3} ± {:.3} (CV {:.4})", across.mean, across.std, across.cv);
+        println!(
+            "  across seeds: {:.3} ± {:.3} (CV {:.4})",
+            across.mean, across.std, across.cv
+        );
     }
 
     let mut depth_json = serde_json::Value::Null;
@@ -430,16 +572,33 @@ fn write_reports(dir: &Path, spec: &str, records: &[ImageRecord], seeds: &[u64],
         let mut csv = String::from("seed,image,block,jer,entropy_rank\n");
         for r in records {
             for (b, o) in r.outputs.iter().enumerate() {
-                csv.push_str(&format!("{},{},{},{},{}\n", r.seed, r.image, b + 1, o.jer, o.entropy_rank));
+                csv.push_str(&format!(
+                    "{},{},{},{},{}\n",
+                    r.seed,
+                    r.image,
+                    b + 1,
+                    o.jer,
+                    o.entropy_rank
+                ));
             }
         }
         bindscope_core::fsutil::write_atomic(&dir.join("depth.csv"), csv.as_bytes())?;
-        let profile: Vec<Summary> =
-            (0..blocks).map(|b| summarize(&records.iter().map(|r| r.outputs[b].jer).collect::<Vec<_>>())).collect();
+        let profile: Vec<Summary> = (0..blocks)
+            .map(|b| summarize(&records.iter().map(|r| r.outputs[b].jer).collect::<Vec<_>>()))
+            .collect();
         plot::depth_svg(&dir.join("depth.svg"), spec, &profile)?;
-        depth_json = json!(profile.iter().enumerate().map(|(b, s)| json!({"block": b + 1, "jer": s})).collect::<Vec<_>>());
+        depth_json = json!(
+            profile
+                .iter()
+                .enumerate()
+                .map(|(b, s)| json!({"block": b + 1, "jer": s}))
+                .collect::<Vec<_>>()
+        );
     }
-    plot::spectrum_svg(&dir.join("spectrum.svg"), &[(spec.to_string(), mean_spec.clone())])?;
+    plot::spectrum_svg(
+        &dir.join("spectrum.svg"),
+        &[(spec.to_string(), mean_spec.clone())],
+    )?;
     common::write_json(
         &dir.join("results.json"),
         &json!({
@@ -452,5 +611,11 @@ fn write_reports(dir: &Path, spec: &str, records: &[ImageRecord], seeds: &[u64],
             "depth": depth_json,
         }),
     )?;
-    Ok(ModelSummary { model: spec.to_string(), jer, erank, spectrum: mean_spec, dir: dir.to_path_buf() })
+    Ok(ModelSummary {
+        model: spec.to_string(),
+        jer,
+        erank,
+        spectrum: mean_spec,
+        dir: dir.to_path_buf(),
+    })
 }

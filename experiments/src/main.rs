@@ -9,16 +9,25 @@
 //! `--device cpu|cuda[:N]|wgpu[:N]` (or `BURN_DEVICE`) picks the device; `cuda` and `wgpu` need
 //! the cargo features of the same name.
 
+mod binding;
 mod common;
+mod correlate;
 mod embed;
+mod geometry;
 mod info;
 mod jer;
 mod plot;
+mod probe_all;
+mod saber;
 
 use clap::{Parser, Subcommand};
 
 #[derive(Parser, Debug)]
-#[command(name = "experiments", version, about = "bindscope studies: what vision and vision–language embeddings keep")]
+#[command(
+    name = "experiments",
+    version,
+    about = "bindscope studies: what vision and vision–language embeddings keep"
+)]
 struct Cli {
     /// Device: cpu (burn flex), cuda[:N], wgpu[:N].
     #[arg(long, global = true, env = "BURN_DEVICE", default_value = "cpu")]
@@ -35,6 +44,18 @@ enum Command {
     Info(info::InfoArgs),
     /// Embed images or texts to .jsonl or .safetensors.
     Embed(embed::EmbedArgs),
+    /// Attribute Binding probe: shape–position binding over synthetic two-object scenes.
+    Binding(binding::BindingArgs),
+    /// Same/Different probe over synthetic two-object scenes.
+    Samediff(binding::SameDiffArgs),
+    /// Global and local geometry (G.PR, G.Iso, L.Iso) of embeddings of a folder of images.
+    Geometry(geometry::GeometryArgs),
+    /// One Table-3 row: JER, Same/Different, binding (three readouts), geometry → row.json.
+    ProbeAll(probe_all::ProbeAllArgs),
+    /// Table 2 and scatter plots from many row.json files.
+    Correlate(correlate::CorrelateArgs),
+    /// SABER attribute–object binding benchmark: generate the items, evaluate an encoder.
+    Saber(saber::SaberArgs),
 }
 
 fn main() {
@@ -45,6 +66,12 @@ fn main() {
             Command::Jer(a) => jer::run(a, &device, &cli.device),
             Command::Info(a) => info::run(a, &device, &cli.device),
             Command::Embed(a) => embed::run(a, &device),
+            Command::Binding(a) => binding::run_binding_cmd(a, &device, &cli.device),
+            Command::Samediff(a) => binding::run_samediff_cmd(a, &device, &cli.device),
+            Command::Geometry(a) => geometry::run(a, &device, &cli.device),
+            Command::ProbeAll(a) => probe_all::run(a, &device, &cli.device),
+            Command::Correlate(a) => correlate::run(a),
+            Command::Saber(a) => saber::run(a, &device, &cli.device),
         });
     if let Err(e) = result {
         eprintln!("error: {e:#}");

@@ -6,11 +6,18 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 fn fixture(name: &str) -> String {
-    root().join("tests/fixtures").join(name).display().to_string()
+    root()
+        .join("tests/fixtures")
+        .join(name)
+        .display()
+        .to_string()
 }
 
 fn scratch(name: &str) -> PathBuf {
@@ -20,20 +27,35 @@ fn scratch(name: &str) -> PathBuf {
 }
 
 fn run(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_experiments")).args(args).env("HF_HUB_OFFLINE", "1").output().expect("runs")
+    Command::new(env!("CARGO_BIN_EXE_experiments"))
+        .args(args)
+        .env("HF_HUB_OFFLINE", "1")
+        .output()
+        .expect("runs")
 }
 
 fn ok(args: &[&str]) -> String {
     let o = run(args);
-    let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
     assert!(o.status.success(), "experiments {args:?} failed:\n{text}");
     text
 }
 
 fn err(args: &[&str]) -> String {
     let o = run(args);
-    let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
-    assert!(!o.status.success(), "experiments {args:?} should have failed:\n{text}");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        !o.status.success(),
+        "experiments {args:?} should have failed:\n{text}"
+    );
     text
 }
 
@@ -41,7 +63,19 @@ fn read(p: &Path) -> String {
     std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 
-const JER: &[&str] = &["jer", "--images", "3", "--directions", "4", "--size", "16x16", "--output", "summary", "--chunk", "2"];
+const JER: &[&str] = &[
+    "jer",
+    "--images",
+    "3",
+    "--directions",
+    "4",
+    "--size",
+    "16x16",
+    "--output",
+    "summary",
+    "--chunk",
+    "2",
+];
 
 #[test]
 fn jer_writes_a_run_directory_and_resumes() {
@@ -51,14 +85,28 @@ fn jer_writes_a_run_directory_and_resumes() {
     let mut args = JER.to_vec();
     args.extend(["--model", &model, "--out", &o]);
     ok(&args);
-    for f in ["config.json", "results.json", "per_image.csv", "spectrum.csv", "per_image.jsonl", "spectrum.svg"] {
+    for f in [
+        "config.json",
+        "results.json",
+        "per_image.csv",
+        "spectrum.csv",
+        "per_image.jsonl",
+        "spectrum.svg",
+    ] {
         assert!(out.join(f).is_file(), "missing {f}");
     }
     let per_image = read(&out.join("per_image.csv"));
-    assert_eq!(per_image.lines().count(), 4, "header + 3 images:\n{per_image}");
+    assert_eq!(
+        per_image.lines().count(),
+        4,
+        "header + 3 images:\n{per_image}"
+    );
     let config: serde_json::Value = serde_json::from_str(&read(&out.join("config.json"))).unwrap();
     assert_eq!(config["identity"]["directions"], 4);
-    assert_eq!(config["identity"]["weights_sha256"].as_str().unwrap().len(), 64);
+    assert_eq!(
+        config["identity"]["weights_sha256"].as_str().unwrap().len(),
+        64
+    );
     assert!(config["crate_versions"]["burn"].is_string());
 
     // Interrupt after image 1: drop the last record (and a half-written line), re-run.
@@ -66,11 +114,19 @@ fn jer_writes_a_run_directory_and_resumes() {
     let full = read(&log);
     let mut lines: Vec<&str> = full.lines().collect();
     let last = lines.pop().unwrap();
-    std::fs::write(&log, format!("{}\n{}", lines.join("\n"), &last[..last.len() / 2])).unwrap();
+    std::fs::write(
+        &log,
+        format!("{}\n{}", lines.join("\n"), &last[..last.len() / 2]),
+    )
+    .unwrap();
     std::fs::remove_file(out.join("results.json")).unwrap();
     let text = ok(&args);
     assert!(text.contains("resuming: 2 of 3"), "{text}");
-    assert_eq!(read(&out.join("per_image.csv")), per_image, "the resumed run must give the same numbers");
+    assert_eq!(
+        read(&out.join("per_image.csv")),
+        per_image,
+        "the resumed run must give the same numbers"
+    );
 }
 
 #[test]
@@ -85,8 +141,15 @@ fn jer_refuses_a_directory_holding_another_configuration() {
     let mut other = args.clone();
     other[4] = "3"; // --directions 3
     let text = err(&other);
-    assert!(text.contains("another configuration") && text.contains("directions"), "{text}");
-    assert_eq!(read(&out.join("config.json")), before, "nothing may be overwritten");
+    assert!(
+        text.contains("another configuration") && text.contains("directions"),
+        "{text}"
+    );
+    assert_eq!(
+        read(&out.join("config.json")),
+        before,
+        "nothing may be overwritten"
+    );
 }
 
 #[test]
@@ -101,8 +164,16 @@ fn jer_compares_models_and_profiles_depth() {
     let table = read(&out.join("comparison.csv"));
     assert_eq!(table.lines().count(), 3, "{table}");
     assert!(out.join("spectrum.svg").is_file());
-    let depth_dir = std::fs::read_dir(&out).unwrap().filter_map(|e| e.ok()).map(|e| e.path()).find(|p| p.join("depth.csv").is_file());
-    let depth = read(&depth_dir.expect("a model directory with depth.csv").join("depth.csv"));
+    let depth_dir = std::fs::read_dir(&out)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .find(|p| p.join("depth.csv").is_file());
+    let depth = read(
+        &depth_dir
+            .expect("a model directory with depth.csv")
+            .join("depth.csv"),
+    );
     // 3 images × 2 blocks + header.
     assert_eq!(depth.lines().count(), 7, "{depth}");
 }
@@ -119,7 +190,10 @@ fn jer_rejects_bad_arguments_with_clear_errors() {
         assert!(text.contains(what), "--directions {k}: {text}");
     }
     let text = err(&["jer", "--model", "nobody/no-such-model"]);
-    assert!(text.contains("not found") && text.contains("config.json"), "{text}");
+    assert!(
+        text.contains("not found") && text.contains("config.json"),
+        "{text}"
+    );
     let text = err(&["--device", "tpu", "jer", "--model", &model]);
     assert!(text.contains("unknown device"), "{text}");
 }
@@ -127,7 +201,10 @@ fn jer_rejects_bad_arguments_with_clear_errors() {
 #[test]
 fn info_describes_both_towers() {
     let text = ok(&["info", "--model", &fixture("clip")]);
-    assert!(text.contains("vision") && text.contains("text") && text.contains("2 layers"), "{text}");
+    assert!(
+        text.contains("vision") && text.contains("text") && text.contains("2 layers"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -138,18 +215,43 @@ fn embed_images_to_jsonl_and_safetensors() {
     for f in ["config.json", "model.safetensors"] {
         std::fs::copy(root().join("tests/fixtures/clip").join(f), dir.join(f)).unwrap();
     }
-    std::fs::copy(root().join("tests/fixtures/images/clip/preprocessor_config.json"), dir.join("preprocessor_config.json")).unwrap();
+    std::fs::copy(
+        root().join("tests/fixtures/images/clip/preprocessor_config.json"),
+        dir.join("preprocessor_config.json"),
+    )
+    .unwrap();
     let m = dir.display().to_string();
     let files = root().join("tests/fixtures/images/files");
-    let (a, b) = (files.join("gray.png").display().to_string(), files.join("rgba.png").display().to_string());
+    let (a, b) = (
+        files.join("gray.png").display().to_string(),
+        files.join("rgba.png").display().to_string(),
+    );
 
     let out = scratch("embed-out");
     std::fs::create_dir_all(&out).unwrap();
     let jsonl = out.join("e.jsonl").display().to_string();
-    ok(&["embed", "--model", &m, "--images", &a, &b, "--out", &jsonl, "--batch-size", "1"]);
-    let lines: Vec<serde_json::Value> = read(Path::new(&jsonl)).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    ok(&[
+        "embed",
+        "--model",
+        &m,
+        "--images",
+        &a,
+        &b,
+        "--out",
+        &jsonl,
+        "--batch-size",
+        "1",
+    ]);
+    let lines: Vec<serde_json::Value> = read(Path::new(&jsonl))
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     assert_eq!(lines.len(), 2);
-    assert_eq!(lines[0]["embedding"].as_array().unwrap().len(), 16, "CLIP projection_dim");
+    assert_eq!(
+        lines[0]["embedding"].as_array().unwrap().len(),
+        16,
+        "CLIP projection_dim"
+    );
     assert!(lines[1]["input"].as_str().unwrap().ends_with("rgba.png"));
 
     let st = out.join("e.safetensors").display().to_string();
@@ -158,15 +260,37 @@ fn embed_images_to_jsonl_and_safetensors() {
     let t = safetensors::SafeTensors::deserialize(&bytes).unwrap();
     assert_eq!(t.tensor("embeddings").unwrap().shape(), &[2, 16]);
     // Same numbers whatever the batch size and the format.
-    let v: Vec<f32> = t.tensor("embeddings").unwrap().data().chunks(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
-    let first: Vec<f32> = lines[0]["embedding"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect();
+    let v: Vec<f32> = t
+        .tensor("embeddings")
+        .unwrap()
+        .data()
+        .chunks(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    let first: Vec<f32> = lines[0]["embedding"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap() as f32)
+        .collect();
     for (x, y) in v[..16].iter().zip(&first) {
         assert!((x - y).abs() < 1e-5, "{x} vs {y}");
     }
 
     // A directory with a corrupt file: reported, nothing written.
     let bad = out.join("bad.jsonl");
-    let text = err(&["embed", "--model", &m, "--images", &files.display().to_string(), "--out", &bad.display().to_string()]);
-    assert!(text.contains("corrupt.jpg") && text.contains("unreadable"), "{text}");
+    let text = err(&[
+        "embed",
+        "--model",
+        &m,
+        "--images",
+        &files.display().to_string(),
+        "--out",
+        &bad.display().to_string(),
+    ]);
+    assert!(
+        text.contains("corrupt.jpg") && text.contains("unreadable"),
+        "{text}"
+    );
     assert!(!bad.exists(), "no partial output");
 }

@@ -40,10 +40,18 @@ pub fn merge_heads(x: Tensor<4>) -> Tensor<3> {
     x.swap_dims(1, 2).reshape([n, t, h * dh])
 }
 
-fn additive_bias(mask: &AttentionMask, n: usize, tq: usize, tk: usize, device: &Device) -> Option<Tensor<4>> {
+fn additive_bias(
+    mask: &AttentionMask,
+    n: usize,
+    tq: usize,
+    tk: usize,
+    device: &Device,
+) -> Option<Tensor<4>> {
     let causal = || {
         let tri: Tensor<2, Bool> = Tensor::<2, Bool>::tril_mask([tq, tk], 0, device); // true above diagonal
-        Tensor::<2>::zeros([tq, tk], device).mask_fill(tri, f32::MIN).reshape([1, 1, tq, tk])
+        Tensor::<2>::zeros([tq, tk], device)
+            .mask_fill(tri, f32::MIN)
+            .reshape([1, 1, tq, tk])
     };
     let padding = |m: &Tensor<2, Int>| {
         let keep = m.clone().float().reshape([n, 1, 1, tk]);
@@ -55,7 +63,11 @@ fn additive_bias(mask: &AttentionMask, n: usize, tq: usize, tk: usize, device: &
         AttentionMask::Padding(m) => Some(padding(m)),
         AttentionMask::CausalPadding(m) => {
             // Sum of two f32::MIN would overflow to -inf; take the minimum instead.
-            Some(causal().expand([n, 1, tq, tk]).min_pair(padding(m).expand([n, 1, tq, tk])))
+            Some(
+                causal()
+                    .expand([n, 1, tq, tk])
+                    .min_pair(padding(m).expand([n, 1, tq, tk])),
+            )
         }
     }
 }
@@ -82,11 +94,19 @@ pub fn multi_head_attention(
     let tk = k.dims()[1];
     let dh = d / num_heads;
     let scale = scale.unwrap_or(1.0 / (dh as f64).sqrt());
-    let (q, k, v) = (split_heads(q, num_heads), split_heads(k, num_heads), split_heads(v, num_heads));
+    let (q, k, v) = (
+        split_heads(q, num_heads),
+        split_heads(k, num_heads),
+        split_heads(v, num_heads),
+    );
     let bias = additive_bias(mask, n, tq, tk, &device);
     if !need_probs {
         let bias = bias.map(|b| b.expand([n, num_heads, tq, tk]));
-        let opts = AttentionModuleOptions { scale: Some(scale), softcap: None, is_causal: false };
+        let opts = AttentionModuleOptions {
+            scale: Some(scale),
+            softcap: None,
+            is_causal: false,
+        };
         let ctx = attention(q, k, v, None, bias, opts);
         return (merge_heads(ctx), None);
     }

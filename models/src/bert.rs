@@ -166,7 +166,10 @@ impl BertConfig {
             ));
         }
         if self.is_decoder || self.add_cross_attention {
-            return Err("is_decoder / add_cross_attention (only the bidirectional encoder is implemented)".into());
+            return Err(
+                "is_decoder / add_cross_attention (only the bidirectional encoder is implemented)"
+                    .into(),
+            );
         }
         match self.hidden_act.as_str() {
             "gelu" => Ok(HiddenAct::Gelu),
@@ -186,7 +189,11 @@ impl BertConfig {
     pub fn init(&self, with_pooler: bool, device: &Device) -> Result<BertModel, String> {
         let act = self.validate()?;
         let d = self.hidden_size;
-        let ln = || LayerNormConfig::new(d).with_epsilon(self.layer_norm_eps).init(device);
+        let ln = || {
+            LayerNormConfig::new(d)
+                .with_epsilon(self.layer_norm_eps)
+                .init(device)
+        };
         let embeddings = BertEmbeddings {
             word_embeddings: EmbeddingConfig::new(self.vocab_size, d).init(device),
             position_embeddings: EmbeddingConfig::new(self.max_position_embeddings, d).init(device),
@@ -202,7 +209,10 @@ impl BertConfig {
                         value: LinearConfig::new(d, d).init(device),
                         num_heads: self.num_attention_heads,
                     },
-                    output: BertSelfOutput { dense: LinearConfig::new(d, d).init(device), layer_norm: ln() },
+                    output: BertSelfOutput {
+                        dense: LinearConfig::new(d, d).init(device),
+                        layer_norm: ln(),
+                    },
                 },
                 intermediate: BertIntermediate {
                     dense: LinearConfig::new(d, self.intermediate_size).init(device),
@@ -214,8 +224,15 @@ impl BertConfig {
                 },
             })
             .collect();
-        let pooler = with_pooler.then(|| BertPooler { dense: LinearConfig::new(d, d).init(device) });
-        Ok(BertModel { embeddings, encoder: BertEncoder { layer }, pooler, config: self.clone() })
+        let pooler = with_pooler.then(|| BertPooler {
+            dense: LinearConfig::new(d, d).init(device),
+        });
+        Ok(BertModel {
+            embeddings,
+            encoder: BertEncoder { layer },
+            pooler,
+            config: self.clone(),
+        })
     }
 }
 
@@ -279,13 +296,21 @@ pub struct BertAttention {
 impl BertAttention {
     /// `x: [N, T, D]`, `mask: [N, T]` (1 = token) → `LN(x + Wo·Attn(x))` `[N, T, D]` and, when
     /// `need_probs`, the probabilities `[N, H, T, T]`.
-    pub fn forward(&self, x: Tensor<3>, mask: &AttentionMask, need_probs: bool) -> (Tensor<3>, Option<Tensor<4>>) {
+    pub fn forward(
+        &self,
+        x: Tensor<3>,
+        mask: &AttentionMask,
+        need_probs: bool,
+    ) -> (Tensor<3>, Option<Tensor<4>>) {
         let s = &self.self_attn;
         let q = s.query.forward(x.clone());
         let k = s.key.forward(x.clone());
         let v = s.value.forward(x.clone());
         let (ctx, probs) = multi_head_attention(q, k, v, s.num_heads, mask, None, need_probs);
-        let out = self.output.layer_norm.forward(self.output.dense.forward(ctx) + x);
+        let out = self
+            .output
+            .layer_norm
+            .forward(self.output.dense.forward(ctx) + x);
         (out, probs)
     }
 }
@@ -322,10 +347,21 @@ pub struct BertLayer {
 
 impl BertLayer {
     /// `[N, T, D]` → `[N, T, D]` and optionally the attention probabilities `[N, H, T, T]`.
-    pub fn forward(&self, x: Tensor<3>, mask: &AttentionMask, need_probs: bool) -> (Tensor<3>, Option<Tensor<4>>) {
+    pub fn forward(
+        &self,
+        x: Tensor<3>,
+        mask: &AttentionMask,
+        need_probs: bool,
+    ) -> (Tensor<3>, Option<Tensor<4>>) {
         let (h, probs) = self.attention.forward(x, mask, need_probs);
-        let ff = self.intermediate.act.apply(self.intermediate.dense.forward(h.clone()));
-        let out = self.output.layer_norm.forward(self.output.dense.forward(ff) + h);
+        let ff = self
+            .intermediate
+            .act
+            .apply(self.intermediate.dense.forward(h.clone()));
+        let out = self
+            .output
+            .layer_norm
+            .forward(self.output.dense.forward(ff) + h);
         (out, probs)
     }
 }
@@ -369,7 +405,11 @@ impl BertModel {
     /// [`ModelError::Checkpoint`] for a bad `config.json`, [`ModelError::Unsupported`] for a
     /// configuration this implementation does not cover, [`ModelError::Load`] listing every
     /// missing / unexpected key and shape mismatch.
-    pub fn load(ckpt: &Checkpoint, device: &Device, opts: &LoadOptions) -> Result<Self, ModelError> {
+    pub fn load(
+        ckpt: &Checkpoint,
+        device: &Device,
+        opts: &LoadOptions,
+    ) -> Result<Self, ModelError> {
         let config: BertConfig = ckpt.read_config()?;
         let mut keys = Vec::new();
         for file in &ckpt.weights {
@@ -379,11 +419,16 @@ impl BertModel {
         let prefixed = !keys.iter().any(|k| k.starts_with("embeddings."))
             && keys.iter().any(|k| k.starts_with("bert.embeddings."));
         let prefix = if prefixed { "bert." } else { "" };
-        let with_pooler = keys.iter().any(|k| *k == format!("{prefix}pooler.dense.weight"));
-        let model = config.init(with_pooler, device).map_err(|message| ModelError::Unsupported {
-            file: ckpt.config.display().to_string(),
-            message,
-        })?;
+        let with_pooler = keys
+            .iter()
+            .any(|k| *k == format!("{prefix}pooler.dense.weight"));
+        let model =
+            config
+                .init(with_pooler, device)
+                .map_err(|message| ModelError::Unsupported {
+                    file: ckpt.config.display().to_string(),
+                    message,
+                })?;
 
         let mut opts = opts.clone();
         let mut remap: Vec<(String, String)> = Vec::new();
@@ -421,10 +466,19 @@ impl BertModel {
             "BERT: sequence length {t} exceeds max_position_embeddings {} (truncate the input)",
             self.config.max_position_embeddings
         );
-        assert_eq!(attention_mask.dims(), [n, t], "BERT: attention_mask must have the shape of input_ids");
+        assert_eq!(
+            attention_mask.dims(),
+            [n, t],
+            "BERT: attention_mask must have the shape of input_ids"
+        );
         let device = input_ids.device();
-        let token_type_ids = token_type_ids.unwrap_or_else(|| Tensor::<2, Int>::zeros([n, t], &device));
-        assert_eq!(token_type_ids.dims(), [n, t], "BERT: token_type_ids must have the shape of input_ids");
+        let token_type_ids =
+            token_type_ids.unwrap_or_else(|| Tensor::<2, Int>::zeros([n, t], &device));
+        assert_eq!(
+            token_type_ids.dims(),
+            [n, t],
+            "BERT: token_type_ids must have the shape of input_ids"
+        );
 
         let mask = AttentionMask::Padding(attention_mask);
         let mut x = self.embeddings.forward(input_ids, token_type_ids);
@@ -441,7 +495,12 @@ impl BertModel {
             }
         }
         let pooler_output = self.pool_cls(x.clone());
-        EncoderOutput { last_hidden_state: x, pooler_output, hidden_states, attentions }
+        EncoderOutput {
+            last_hidden_state: x,
+            pooler_output,
+            hidden_states,
+            attentions,
+        }
     }
 
     /// `[N, T, D]` → `[N, D]`: the pooler applied to the first (CLS) token, or the CLS token
@@ -460,8 +519,17 @@ impl BertModel {
     ///
     /// # Shapes
     /// `input_ids, attention_mask: [N, T]` → `[N, D]`, unit rows.
-    pub fn sentence_embedding(&self, input_ids: Tensor<2, Int>, attention_mask: Tensor<2, Int>) -> Tensor<2> {
-        let out = self.forward(input_ids, attention_mask.clone(), None, ForwardOptions::default());
+    pub fn sentence_embedding(
+        &self,
+        input_ids: Tensor<2, Int>,
+        attention_mask: Tensor<2, Int>,
+    ) -> Tensor<2> {
+        let out = self.forward(
+            input_ids,
+            attention_mask.clone(),
+            None,
+            ForwardOptions::default(),
+        );
         l2_normalize(mean_pool(out.last_hidden_state, attention_mask))
     }
 }
@@ -489,7 +557,12 @@ pub fn l2_normalize(x: Tensor<2>) -> Tensor<2> {
 }
 
 impl TextEncoder for BertModel {
-    fn forward_text(&self, input_ids: Tensor<2, Int>, attention_mask: Tensor<2, Int>, opts: ForwardOptions) -> EncoderOutput {
+    fn forward_text(
+        &self,
+        input_ids: Tensor<2, Int>,
+        attention_mask: Tensor<2, Int>,
+        opts: ForwardOptions,
+    ) -> EncoderOutput {
         self.forward(input_ids, attention_mask, None, opts)
     }
 

@@ -38,15 +38,17 @@
 //! families share block structure and key names.
 
 use crate::attention::{AttentionMask, multi_head_attention};
-use crate::{EncoderOutput, ForwardOptions, ModelError, ModelInfo, TextEncoder, VisionEncoder, VisionReadout};
+use crate::{
+    EncoderOutput, ForwardOptions, ModelError, ModelInfo, TextEncoder, VisionEncoder, VisionReadout,
+};
 use bindscope_core::{Checkpoint, LoadOptions, load_strict};
 use burn::module::Param;
 use burn::nn::conv::{Conv2d, Conv2dConfig};
-use burn::nn::{Embedding, EmbeddingConfig, Initializer, LayerNorm, LayerNormConfig, Linear, LinearConfig};
+use burn::nn::{
+    Embedding, EmbeddingConfig, Initializer, LayerNorm, LayerNormConfig, Linear, LinearConfig,
+};
 use burn::prelude::*;
 use burn::tensor::activation;
-use burn::tensor::module::interpolate;
-use burn::tensor::ops::{InterpolateMode, InterpolateOptions};
 use serde::Deserialize;
 use std::path::PathBuf;
 
@@ -245,7 +247,10 @@ pub struct EncoderDims {
 }
 
 pub(crate) fn linear(d_in: usize, d_out: usize, bias: bool, device: &Device) -> Linear {
-    LinearConfig::new(d_in, d_out).with_bias(bias).with_initializer(Initializer::Zeros).init(device)
+    LinearConfig::new(d_in, d_out)
+        .with_bias(bias)
+        .with_initializer(Initializer::Zeros)
+        .init(device)
 }
 
 pub(crate) fn layer_norm(d: usize, eps: f64, device: &Device) -> LayerNorm {
@@ -253,7 +258,9 @@ pub(crate) fn layer_norm(d: usize, eps: f64, device: &Device) -> LayerNorm {
 }
 
 pub(crate) fn embedding(n: usize, d: usize, device: &Device) -> Embedding {
-    EmbeddingConfig::new(n, d).with_initializer(Initializer::Zeros).init(device)
+    EmbeddingConfig::new(n, d)
+        .with_initializer(Initializer::Zeros)
+        .init(device)
 }
 
 /// Multi-head self-attention with separate projections (`self_attn.{q,k,v,out}_proj`;
@@ -285,7 +292,12 @@ impl ClipAttention {
     }
 
     /// `[N, T, D]` → `[N, T, D]` and, when `need_probs`, the probabilities `[N, H, T, T]`.
-    pub fn forward(&self, x: Tensor<3>, mask: &AttentionMask, need_probs: bool) -> (Tensor<3>, Option<Tensor<4>>) {
+    pub fn forward(
+        &self,
+        x: Tensor<3>,
+        mask: &AttentionMask,
+        need_probs: bool,
+    ) -> (Tensor<3>, Option<Tensor<4>>) {
         let q = self.q_proj.forward(x.clone());
         let k = self.k_proj.forward(x.clone());
         let v = self.v_proj.forward(x);
@@ -308,7 +320,11 @@ pub struct ClipMlp {
 
 impl ClipMlp {
     pub(crate) fn new(d: usize, inner: usize, act: HiddenAct, device: &Device) -> Self {
-        Self { fc1: linear(d, inner, true, device), fc2: linear(inner, d, true, device), act }
+        Self {
+            fc1: linear(d, inner, true, device),
+            fc2: linear(inner, d, true, device),
+            act,
+        }
     }
 
     /// `[.., D]` → `[.., D]`.
@@ -333,8 +349,15 @@ pub struct ClipEncoderLayer {
 
 impl ClipEncoderLayer {
     /// `[N, T, D]` → `[N, T, D]`, with the attention probabilities when `need_probs`.
-    pub fn forward(&self, x: Tensor<3>, mask: &AttentionMask, need_probs: bool) -> (Tensor<3>, Option<Tensor<4>>) {
-        let (a, probs) = self.self_attn.forward(self.layer_norm1.forward(x.clone()), mask, need_probs);
+    pub fn forward(
+        &self,
+        x: Tensor<3>,
+        mask: &AttentionMask,
+        need_probs: bool,
+    ) -> (Tensor<3>, Option<Tensor<4>>) {
+        let (a, probs) =
+            self.self_attn
+                .forward(self.layer_norm1.forward(x.clone()), mask, need_probs);
         let x = x + a;
         let x = x.clone() + self.mlp.forward(self.layer_norm2.forward(x));
         (x, probs)
@@ -367,7 +390,12 @@ impl ClipEncoder {
     }
 
     /// Runs every block on `x: [N, T, D]`.
-    pub fn forward(&self, x: Tensor<3>, mask: &AttentionMask, opts: ForwardOptions) -> EncoderStates {
+    pub fn forward(
+        &self,
+        x: Tensor<3>,
+        mask: &AttentionMask,
+        opts: ForwardOptions,
+    ) -> EncoderStates {
         let mut hidden = opts.output_hidden_states.then(|| vec![x.clone()]);
         let mut attns = opts.output_attentions.then(Vec::new);
         let mut x = x;
@@ -385,20 +413,13 @@ impl ClipEncoder {
     }
 }
 
-/// Resamples a square grid of position embeddings `[g·g, D]` to `[gh·gw, D]` with bicubic
-/// interpolation, `align_corners=False` (torch `F.interpolate(mode="bicubic")`, as
-/// transformers' `interpolate_pos_encoding`).
+/// Resamples a square grid of position embeddings `[g·g, D]` to `[gh·gw, D]` as transformers'
+/// `interpolate_pos_encoding` does (bicubic, `align_corners=False`), through
+/// [`crate::vit::interpolate_pos_grid`].
 pub fn interpolate_grid_positions(pos: Tensor<2>, grid: usize, target: [usize; 2]) -> Tensor<2> {
     let [_, d] = pos.dims();
-    if target == [grid, grid] {
-        return pos;
-    }
-    let img = pos.reshape([1, grid, grid, d]).permute([0, 3, 1, 2]); // [1, D, g, g]
-    let opts = InterpolateOptions::new(InterpolateMode::Bicubic)
-        .with_align_corners(false)
-        .with_output_size(target);
-    let out = interpolate(img, opts); // [1, D, gh, gw]
-    out.permute([0, 2, 3, 1]).reshape([target[0] * target[1], d])
+    crate::vit::interpolate_pos_grid(pos.unsqueeze_dim(0), [grid, grid], target, false)
+        .reshape([target[0] * target[1], d])
 }
 
 /// Reads a scalar (rank-0 or one-element) float tensor, e.g. `logit_scale`, from the weight files.
@@ -408,13 +429,22 @@ pub(crate) fn read_scalar(files: &[PathBuf], key: &str) -> Option<f32> {
         let mut store = SafetensorsStore::from_file(f);
         if let Ok(Some(t)) = store.get_tensor(key) {
             let data = bridge::to_data(t).ok()?;
-            return data.convert::<f32>().try_to_vec::<f32>().ok()?.first().copied();
+            return data
+                .convert::<f32>()
+                .try_to_vec::<f32>()
+                .ok()?
+                .first()
+                .copied();
         }
     }
     None
 }
 
-pub(crate) fn check_model_type(ckpt: &Checkpoint, found: &str, expected: &[&str]) -> Result<(), ModelError> {
+pub(crate) fn check_model_type(
+    ckpt: &Checkpoint,
+    found: &str,
+    expected: &[&str],
+) -> Result<(), ModelError> {
     if expected.contains(&found) {
         Ok(())
     } else {
@@ -438,7 +468,8 @@ pub(crate) fn load_module<M: Module>(
     default_only: &[&str],
 ) -> Result<M, ModelError> {
     let mut opts = opts.clone();
-    opts.benign_unused.extend(BENIGN.iter().map(|s| s.to_string()));
+    opts.benign_unused
+        .extend(BENIGN.iter().map(|s| s.to_string()));
     if opts.only.is_empty() {
         opts.only = default_only.iter().map(|s| s.to_string()).collect();
     }
@@ -470,13 +501,18 @@ impl ClipVisionEmbeddings {
         let patches = self.patch_embedding.forward(pixel_values); // [N, D, gh, gw]
         let [n, d, gh, gw] = patches.dims();
         let patches = patches.reshape([n, d, gh * gw]).swap_dims(1, 2); // [N, P, D]
-        let cls = self.class_embedding.val().reshape([1, 1, d]).expand([n, 1, d]);
+        let cls = self
+            .class_embedding
+            .val()
+            .reshape([1, 1, d])
+            .expand([n, 1, d]);
         let x = Tensor::cat(vec![cls, patches], 1); // [N, 1 + P, D]
         let pos = self.position_embedding.weight.val(); // [1 + g², D]
         let num_pos = pos.dims()[0] - 1;
         let grid = (num_pos as f64).sqrt().round() as usize;
         let cls_pos = pos.clone().slice([0..1, 0..d]);
-        let patch_pos = interpolate_grid_positions(pos.slice([1..num_pos + 1, 0..d]), grid, [gh, gw]);
+        let patch_pos =
+            interpolate_grid_positions(pos.slice([1..num_pos + 1, 0..d]), grid, [gh, gw]);
         let pos = Tensor::cat(vec![cls_pos, patch_pos], 0); // [1 + P, D]
         x + pos.unsqueeze_dim::<3>(0)
     }
@@ -510,11 +546,14 @@ impl ClipVisionTransformer {
         Self {
             embeddings: ClipVisionEmbeddings {
                 class_embedding: Param::from_tensor(Tensor::zeros([d], device)),
-                patch_embedding: Conv2dConfig::new([cfg.num_channels, d], [cfg.patch_size, cfg.patch_size])
-                    .with_stride([cfg.patch_size, cfg.patch_size])
-                    .with_bias(false)
-                    .with_initializer(Initializer::Zeros)
-                    .init(device),
+                patch_embedding: Conv2dConfig::new(
+                    [cfg.num_channels, d],
+                    [cfg.patch_size, cfg.patch_size],
+                )
+                .with_stride([cfg.patch_size, cfg.patch_size])
+                .with_bias(false)
+                .with_initializer(Initializer::Zeros)
+                .init(device),
                 position_embedding: embedding(grid * grid + 1, d, device),
                 patch_size: cfg.patch_size,
             },
@@ -528,10 +567,17 @@ impl ClipVisionTransformer {
     /// `last_hidden_state [N, 1 + P, D]` (no `post_layernorm`), `pooler_output =
     /// post_layernorm(CLS) [N, D]`; hidden state 0 is the embeddings after `pre_layrnorm`.
     pub fn forward(&self, pixel_values: Tensor<4>, opts: ForwardOptions) -> EncoderOutput {
-        let x = self.pre_layrnorm.forward(self.embeddings.forward(pixel_values));
+        let x = self
+            .pre_layrnorm
+            .forward(self.embeddings.forward(pixel_values));
         let (last, hidden_states, attentions) = self.encoder.forward(x, &AttentionMask::None, opts);
         let pooler_output = self.post_layernorm.forward(cls_token(last.clone()));
-        EncoderOutput { last_hidden_state: last, pooler_output, hidden_states, attentions }
+        EncoderOutput {
+            last_hidden_state: last,
+            pooler_output,
+            hidden_states,
+            attentions,
+        }
     }
 }
 
@@ -559,13 +605,21 @@ impl ClipVisionModel {
     /// # Errors
     /// [`ModelError::Unsupported`] for an unknown `hidden_act` or a patch size that does not
     /// divide the image size.
-    pub fn new(cfg: &ClipVisionConfig, projection_dim: usize, config_file: &std::path::Path, device: &Device) -> Result<Self, ModelError> {
+    pub fn new(
+        cfg: &ClipVisionConfig,
+        projection_dim: usize,
+        config_file: &std::path::Path,
+        device: &Device,
+    ) -> Result<Self, ModelError> {
         let act = HiddenAct::parse(&cfg.hidden_act, config_file)?;
         check_dims(cfg.hidden_size, cfg.num_attention_heads, config_file)?;
         if cfg.patch_size == 0 || !cfg.image_size.is_multiple_of(cfg.patch_size) {
             return Err(ModelError::Unsupported {
                 file: config_file.display().to_string(),
-                message: format!("vision patch_size {} does not divide image_size {}", cfg.patch_size, cfg.image_size),
+                message: format!(
+                    "vision patch_size {} does not divide image_size {}",
+                    cfg.patch_size, cfg.image_size
+                ),
             });
         }
         Ok(Self {
@@ -582,7 +636,11 @@ impl ClipVisionModel {
     ///
     /// # Errors
     /// [`ModelError`] naming the config field or the missing / unexpected keys.
-    pub fn load(ckpt: &Checkpoint, device: &Device, opts: &LoadOptions) -> Result<Self, ModelError> {
+    pub fn load(
+        ckpt: &Checkpoint,
+        device: &Device,
+        opts: &LoadOptions,
+    ) -> Result<Self, ModelError> {
         let (cfg, proj) = match model_type(ckpt)?.as_str() {
             "clip_vision_model" => {
                 let c: ClipVisionConfig = ckpt.read_config()?;
@@ -596,7 +654,12 @@ impl ClipVisionModel {
             }
         };
         let model = Self::new(&cfg, proj, &ckpt.config, device)?;
-        load_module(model, ckpt, opts, &[r"^vision_model\.", r"^visual_projection\."])
+        load_module(
+            model,
+            ckpt,
+            opts,
+            &[r"^vision_model\.", r"^visual_projection\."],
+        )
     }
 
     /// The full vision forward pass (transformers `CLIPVisionTransformer.forward`, with
@@ -613,7 +676,12 @@ impl ClipVisionModel {
     }
 }
 
-fn vision_readout(vm: &ClipVisionTransformer, proj: &Linear, hidden: Tensor<3>, readout: VisionReadout) -> Tensor<2> {
+fn vision_readout(
+    vm: &ClipVisionTransformer,
+    proj: &Linear,
+    hidden: Tensor<3>,
+    readout: VisionReadout,
+) -> Tensor<2> {
     match readout {
         VisionReadout::Pooled => proj.forward(vm.post_layernorm.forward(cls_token(hidden))),
         VisionReadout::Summary => vm.post_layernorm.forward(cls_token(hidden)),
@@ -646,7 +714,9 @@ impl VisionEncoder for ClipVisionModel {
     fn patch_tokens(&self, pixel_values: Tensor<4>) -> Tensor<3> {
         let out = self.forward(pixel_values, ForwardOptions::default());
         let [n, t, d] = out.last_hidden_state.dims();
-        self.vision_model.post_layernorm.forward(out.last_hidden_state.slice([0..n, 1..t, 0..d]))
+        self.vision_model
+            .post_layernorm
+            .forward(out.last_hidden_state.slice([0..n, 1..t, 0..d]))
     }
 
     fn info(&self) -> ModelInfo {
@@ -664,11 +734,17 @@ impl VisionEncoder for ClipVisionModel {
     }
 }
 
-pub(crate) fn check_dims(hidden: usize, heads: usize, file: &std::path::Path) -> Result<(), ModelError> {
+pub(crate) fn check_dims(
+    hidden: usize,
+    heads: usize,
+    file: &std::path::Path,
+) -> Result<(), ModelError> {
     if heads == 0 || !hidden.is_multiple_of(heads) {
         return Err(ModelError::Unsupported {
             file: file.display().to_string(),
-            message: format!("hidden_size {hidden} is not divisible by num_attention_heads {heads}"),
+            message: format!(
+                "hidden_size {hidden} is not divisible by num_attention_heads {heads}"
+            ),
         });
     }
     Ok(())
@@ -676,7 +752,10 @@ pub(crate) fn check_dims(hidden: usize, heads: usize, file: &std::path::Path) ->
 
 pub(crate) fn model_type(ckpt: &Checkpoint) -> Result<String, ModelError> {
     let v = ckpt.config_json()?;
-    Ok(v.get("model_type").and_then(|m| m.as_str()).unwrap_or("").to_string())
+    Ok(v.get("model_type")
+        .and_then(|m| m.as_str())
+        .unwrap_or("")
+        .to_string())
 }
 
 impl ClipConfig {
@@ -689,7 +768,10 @@ impl ClipConfig {
         let mut v = ckpt.config_json()?;
         if let Some(obj) = v.as_object_mut() {
             for tower in ["vision", "text"] {
-                if obj.get(&format!("{tower}_config")).is_some_and(|c| c.is_null()) {
+                if obj
+                    .get(&format!("{tower}_config"))
+                    .is_some_and(|c| c.is_null())
+                {
                     obj.remove(&format!("{tower}_config"));
                 }
                 let legacy = obj.get(&format!("{tower}_config_dict")).cloned();
@@ -733,7 +815,10 @@ pub struct ClipTextEmbeddings {
 
 impl ClipTextEmbeddings {
     pub(crate) fn new(vocab: usize, max_pos: usize, d: usize, device: &Device) -> Self {
-        Self { token_embedding: embedding(vocab, d, device), position_embedding: embedding(max_pos, d, device) }
+        Self {
+            token_embedding: embedding(vocab, d, device),
+            position_embedding: embedding(max_pos, d, device),
+        }
     }
 
     /// `[N, T]` → `[N, T, D]` with positions `0..T`.
@@ -743,8 +828,16 @@ impl ClipTextEmbeddings {
     pub fn forward(&self, input_ids: Tensor<2, Int>) -> Tensor<3> {
         let [_, t] = input_ids.dims();
         let [max_pos, d] = self.position_embedding.weight.dims();
-        assert!(t <= max_pos, "sequence length {t} exceeds max_position_embeddings {max_pos}");
-        let pos = self.position_embedding.weight.val().slice([0..t, 0..d]).unsqueeze_dim::<3>(0);
+        assert!(
+            t <= max_pos,
+            "sequence length {t} exceeds max_position_embeddings {max_pos}"
+        );
+        let pos = self
+            .position_embedding
+            .weight
+            .val()
+            .slice([0..t, 0..d])
+            .unsqueeze_dim::<3>(0);
         self.token_embedding.forward(input_ids) + pos
     }
 }
@@ -807,7 +900,11 @@ impl EosPooling {
 pub(crate) fn gather_tokens(x: Tensor<3>, pos: &[usize]) -> Tensor<2> {
     let [n, t, d] = x.dims();
     let device = x.device();
-    let flat: Vec<i64> = pos.iter().enumerate().map(|(i, &p)| (i * t + p) as i64).collect();
+    let flat: Vec<i64> = pos
+        .iter()
+        .enumerate()
+        .map(|(i, &p)| (i * t + p) as i64)
+        .collect();
     let idx = Tensor::<1, Int>::from_ints(flat.as_slice(), &device);
     x.reshape([n * t, d]).select(0, idx)
 }
@@ -824,7 +921,12 @@ impl ClipTextTransformer {
             act,
         };
         Self {
-            embeddings: ClipTextEmbeddings::new(cfg.vocab_size, cfg.max_position_embeddings, d, device),
+            embeddings: ClipTextEmbeddings::new(
+                cfg.vocab_size,
+                cfg.max_position_embeddings,
+                d,
+                device,
+            ),
             encoder: ClipEncoder::new(&dims, device),
             final_layer_norm: layer_norm(d, cfg.layer_norm_eps, device),
             eos_token_id: cfg.eos_token_id,
@@ -839,16 +941,30 @@ impl ClipTextTransformer {
     /// transformers `CLIPTextTransformer.forward`: `input_ids, attention_mask: [N, T]` →
     /// `last_hidden_state [N, T, D]` (after `final_layer_norm`), `pooler_output [N, D]` (the
     /// EOS token, see [`EosPooling`]); causal + padding mask.
-    pub fn forward(&self, input_ids: Tensor<2, Int>, attention_mask: Tensor<2, Int>, opts: ForwardOptions) -> EncoderOutput {
+    pub fn forward(
+        &self,
+        input_ids: Tensor<2, Int>,
+        attention_mask: Tensor<2, Int>,
+        opts: ForwardOptions,
+    ) -> EncoderOutput {
         let [_, t] = input_ids.dims();
-        let ids: Vec<i64> = input_ids.to_data().convert::<i64>().try_into_vec::<i64>().expect("integer input_ids");
+        let ids: Vec<i64> = input_ids
+            .to_data()
+            .convert::<i64>()
+            .try_into_vec::<i64>()
+            .expect("integer input_ids");
         let x = self.embeddings.forward(input_ids);
         let mask = AttentionMask::CausalPadding(attention_mask);
         let (last, hidden_states, attentions) = self.encoder.forward(x, &mask, opts);
         let last = self.final_layer_norm.forward(last);
         let pos = self.eos_pooling().positions(&ids, t);
         let pooler_output = gather_tokens(last.clone(), &pos);
-        EncoderOutput { last_hidden_state: last, pooler_output, hidden_states, attentions }
+        EncoderOutput {
+            last_hidden_state: last,
+            pooler_output,
+            hidden_states,
+            attentions,
+        }
     }
 }
 
@@ -870,7 +986,12 @@ impl ClipTextModel {
     ///
     /// # Errors
     /// [`ModelError::Unsupported`] for an unknown `hidden_act` or indivisible head count.
-    pub fn new(cfg: &ClipTextConfig, projection_dim: usize, config_file: &std::path::Path, device: &Device) -> Result<Self, ModelError> {
+    pub fn new(
+        cfg: &ClipTextConfig,
+        projection_dim: usize,
+        config_file: &std::path::Path,
+        device: &Device,
+    ) -> Result<Self, ModelError> {
         let act = HiddenAct::parse(&cfg.hidden_act, config_file)?;
         check_dims(cfg.hidden_size, cfg.num_attention_heads, config_file)?;
         Ok(Self {
@@ -886,7 +1007,11 @@ impl ClipTextModel {
     ///
     /// # Errors
     /// [`ModelError`] naming the config field or the missing / unexpected keys.
-    pub fn load(ckpt: &Checkpoint, device: &Device, opts: &LoadOptions) -> Result<Self, ModelError> {
+    pub fn load(
+        ckpt: &Checkpoint,
+        device: &Device,
+        opts: &LoadOptions,
+    ) -> Result<Self, ModelError> {
         let (cfg, proj) = match model_type(ckpt)?.as_str() {
             "clip_text_model" => {
                 let c: ClipTextConfig = ckpt.read_config()?;
@@ -900,24 +1025,43 @@ impl ClipTextModel {
             }
         };
         let model = Self::new(&cfg, proj, &ckpt.config, device)?;
-        load_module(model, ckpt, opts, &[r"^text_model\.", r"^text_projection\."])
+        load_module(
+            model,
+            ckpt,
+            opts,
+            &[r"^text_model\.", r"^text_projection\."],
+        )
     }
 
     /// The full text forward pass (see [`ClipTextTransformer::forward`]).
-    pub fn forward(&self, input_ids: Tensor<2, Int>, attention_mask: Tensor<2, Int>, opts: ForwardOptions) -> EncoderOutput {
+    pub fn forward(
+        &self,
+        input_ids: Tensor<2, Int>,
+        attention_mask: Tensor<2, Int>,
+        opts: ForwardOptions,
+    ) -> EncoderOutput {
         self.text_model.forward(input_ids, attention_mask, opts)
     }
 
     /// `text_embeds = text_projection(pooler_output)`: `[N, T]` → `[N, E]`
     /// (transformers `CLIPModel.get_text_features`).
-    pub fn text_embeds(&self, input_ids: Tensor<2, Int>, attention_mask: Tensor<2, Int>) -> Tensor<2> {
+    pub fn text_embeds(
+        &self,
+        input_ids: Tensor<2, Int>,
+        attention_mask: Tensor<2, Int>,
+    ) -> Tensor<2> {
         let out = self.forward(input_ids, attention_mask, ForwardOptions::default());
         self.text_projection.forward(out.pooler_output)
     }
 }
 
 impl TextEncoder for ClipTextModel {
-    fn forward_text(&self, input_ids: Tensor<2, Int>, attention_mask: Tensor<2, Int>, opts: ForwardOptions) -> EncoderOutput {
+    fn forward_text(
+        &self,
+        input_ids: Tensor<2, Int>,
+        attention_mask: Tensor<2, Int>,
+        opts: ForwardOptions,
+    ) -> EncoderOutput {
         self.forward(input_ids, attention_mask, opts)
     }
 
@@ -971,7 +1115,11 @@ impl ClipModel {
     ///
     /// # Errors
     /// [`ModelError`] naming the config field or the missing / unexpected keys.
-    pub fn load(ckpt: &Checkpoint, device: &Device, opts: &LoadOptions) -> Result<Self, ModelError> {
+    pub fn load(
+        ckpt: &Checkpoint,
+        device: &Device,
+        opts: &LoadOptions,
+    ) -> Result<Self, ModelError> {
         check_model_type(ckpt, &model_type(ckpt)?, &["clip"])?;
         let cfg = ClipConfig::from_checkpoint(ckpt)?;
         let v = ClipVisionModel::new(&cfg.vision_config, cfg.projection_dim, &ckpt.config, device)?;
@@ -997,7 +1145,11 @@ impl ClipModel {
                 visual_projection: self.visual_projection,
                 config: self.config.vision_config,
             },
-            ClipTextModel { text_model: self.text_model, text_projection: self.text_projection, config: self.config.text_config },
+            ClipTextModel {
+                text_model: self.text_model,
+                text_projection: self.text_projection,
+                config: self.config.text_config,
+            },
         )
     }
 
@@ -1007,18 +1159,33 @@ impl ClipModel {
     }
 
     /// Text forward pass, see [`ClipTextTransformer::forward`].
-    pub fn forward_text(&self, input_ids: Tensor<2, Int>, attention_mask: Tensor<2, Int>, opts: ForwardOptions) -> EncoderOutput {
+    pub fn forward_text(
+        &self,
+        input_ids: Tensor<2, Int>,
+        attention_mask: Tensor<2, Int>,
+        opts: ForwardOptions,
+    ) -> EncoderOutput {
         self.text_model.forward(input_ids, attention_mask, opts)
     }
 
     /// `image_embeds [N, E]` (transformers `get_image_features`).
     pub fn image_embeds(&self, pixel_values: Tensor<4>) -> Tensor<2> {
-        self.visual_projection.forward(self.forward_vision(pixel_values, ForwardOptions::default()).pooler_output)
+        self.visual_projection.forward(
+            self.forward_vision(pixel_values, ForwardOptions::default())
+                .pooler_output,
+        )
     }
 
     /// `text_embeds [N, E]` (transformers `get_text_features`).
-    pub fn text_embeds(&self, input_ids: Tensor<2, Int>, attention_mask: Tensor<2, Int>) -> Tensor<2> {
-        self.text_projection.forward(self.forward_text(input_ids, attention_mask, ForwardOptions::default()).pooler_output)
+    pub fn text_embeds(
+        &self,
+        input_ids: Tensor<2, Int>,
+        attention_mask: Tensor<2, Int>,
+    ) -> Tensor<2> {
+        self.text_projection.forward(
+            self.forward_text(input_ids, attention_mask, ForwardOptions::default())
+                .pooler_output,
+        )
     }
 
     /// Vision readout of a hidden state of any depth, as [`VisionEncoder::readout`].

@@ -32,10 +32,9 @@
 //! mode="bicubic", align_corners=False)` on the patch part of the position embeddings, in f32,
 //! skipped when the grid is the configured one. `Dinov2Model` calls it without antialiasing
 //! (Keys cubic, `A = -0.75`); `Dinov2WithRegistersModel` passes `antialias=True` (PIL-style
-//! cubic, `A = -0.5`, widened support when shrinking). Both are reproduced by
-//! [`crate::vit::bicubic_resize_weights`]. (Older transformers versions used
-//! `scale_factor=(h + 0.1) / √N` instead; [`crate::vit::PosResize::ScaleFactor`] implements that
-//! variant, unused here.) Known gap: torch's antialiased kernel gives different results when the
+//! cubic, `A = -0.5`, widened support when shrinking). Both go through
+//! [`crate::vit::interpolate_pos_grid`] (burn's bicubic `interpolate`, and
+//! [`crate::vit::bicubic_aa_weights`] for the antialiased kernel burn lacks). Known gap: torch's antialiased kernel gives different results when the
 //! output grid is exactly one patch wide (`W < 2p` for a taller image) — a degenerate input.
 //!
 //! ## Keys
@@ -56,8 +55,8 @@ use burn::tensor::activation::silu;
 use serde::Deserialize;
 
 use crate::vit::{
-    Activation, PatchEmbeddings, PosResize, ViTAttention, ViTBlockSpec, check_sizes, checkpoint_shapes, de_image_size,
-    interpolate_pos_grid, linear, mean_patch, run_stack, token,
+    Activation, PatchEmbeddings, ViTAttention, ViTBlockSpec, check_sizes, checkpoint_shapes,
+    de_image_size, interpolate_pos_grid, linear, mean_patch, run_stack, token,
 };
 use crate::{EncoderOutput, ForwardOptions, ModelError, ModelInfo, VisionEncoder, VisionReadout};
 
@@ -127,19 +126,28 @@ impl Dinov2Config {
 
     /// The patch side, with the class default.
     pub fn patch(&self) -> usize {
-        self.patch_size.unwrap_or(if self.with_registers() { 16 } else { 14 })
+        self.patch_size
+            .unwrap_or(if self.with_registers() { 16 } else { 14 })
     }
 
     /// Number of register tokens (0 for `dinov2`).
     pub fn registers(&self) -> usize {
-        if self.with_registers() { self.num_register_tokens.unwrap_or(4) } else { 0 }
+        if self.with_registers() {
+            self.num_register_tokens.unwrap_or(4)
+        } else {
+            0
+        }
     }
 
     /// Width of the feed-forward hidden layer: `int(D · mlp_ratio)`, and for SwiGLU
     /// `(int(that · 2/3) + 7) / 8 · 8`, as `Dinov2SwiGLUFFN`.
     pub fn ffn_hidden(&self) -> usize {
         let h = (self.hidden_size as f64 * self.mlp_ratio) as usize;
-        if self.use_swiglu_ffn { ((h as f64 * 2.0 / 3.0) as usize).div_ceil(8) * 8 } else { h }
+        if self.use_swiglu_ffn {
+            ((h as f64 * 2.0 / 3.0) as usize).div_ceil(8) * 8
+        } else {
+            h
+        }
     }
 }
 
@@ -172,7 +180,8 @@ impl Dinov2Embeddings {
         }
         let [_, t, d] = pos.dims();
         let cls = pos.clone().slice([0..1, 0..1, 0..d]);
-        let patches = interpolate_pos_grid(pos.slice([0..1, 1..t, 0..d]), self.grid, hw, PosResize::Size, self.antialias);
+        let patches =
+            interpolate_pos_grid(pos.slice([0..1, 1..t, 0..d]), self.grid, hw, self.antialias);
         Tensor::cat(vec![cls, patches], 1)
     }
 
@@ -267,7 +276,9 @@ pub struct Dinov2Layer {
 impl Dinov2Layer {
     /// `[N, T, D]` → `[N, T, D]`, with the attention probabilities `[N, H, T, T]` when asked.
     pub fn forward(&self, x: Tensor<3>, need_probs: bool) -> (Tensor<3>, Option<Tensor<4>>) {
-        let (a, probs) = self.attention.forward(self.norm1.forward(x.clone()), need_probs);
+        let (a, probs) = self
+            .attention
+            .forward(self.norm1.forward(x.clone()), need_probs);
         let x = self.layer_scale1.forward(a) + x;
         let m = self.mlp.forward(self.norm2.forward(x.clone()));
         (self.layer_scale2.forward(m) + x, probs)
@@ -301,15 +312,33 @@ impl Dinov2Model {
     ///
     /// # Errors
     /// [`ModelError::Unsupported`] for an unknown `model_type` or activation, or inconsistent sizes.
-    pub fn new(config: &Dinov2Config, init: &Initializer, device: &Device, file: &str) -> Result<Self, ModelError> {
+    pub fn new(
+        config: &Dinov2Config,
+        init: &Initializer,
+        device: &Device,
+        file: &str,
+    ) -> Result<Self, ModelError> {
         if config.model_type != "dinov2" && config.model_type != "dinov2_with_registers" {
             return Err(ModelError::Unsupported {
                 file: file.into(),
-                message: format!("model_type \"{}\" is not a DINOv2 (expected dinov2 or dinov2_with_registers)", config.model_type),
+                message: format!(
+                    "model_type \"{}\" is not a DINOv2 (expected dinov2 or dinov2_with_registers)",
+                    config.model_type
+                ),
             });
         }
         let (d, patch) = (config.hidden_size, config.patch());
-        check_sizes(file, d, config.num_attention_heads, patch, &[("hidden_size", d), ("mlp_ratio · hidden_size", config.ffn_hidden()), ("num_channels", config.num_channels)])?;
+        check_sizes(
+            file,
+            d,
+            config.num_attention_heads,
+            patch,
+            &[
+                ("hidden_size", d),
+                ("mlp_ratio · hidden_size", config.ffn_hidden()),
+                ("num_channels", config.num_channels),
+            ],
+        )?;
         let act = Activation::parse(&config.hidden_act, "hidden_act", file)?;
         let spec = ViTBlockSpec {
             hidden_size: d,
@@ -319,17 +348,45 @@ impl Dinov2Model {
             layer_norm_eps: config.layer_norm_eps,
             qkv_bias: config.qkv_bias,
         };
-        let ln = || LayerNormConfig::new(d).with_epsilon(config.layer_norm_eps).init(device);
-        let ls = || LayerScale { lambda1: Initializer::Constant { value: config.layerscale_value }.init([d], device) };
+        let ln = || {
+            LayerNormConfig::new(d)
+                .with_epsilon(config.layer_norm_eps)
+                .init(device)
+        };
+        let ls = || LayerScale {
+            lambda1: Initializer::Constant {
+                value: config.layerscale_value,
+            }
+            .init([d], device),
+        };
         let f = config.ffn_hidden();
         let layer = (0..config.num_hidden_layers)
             .map(|_| {
                 let mlp = if config.use_swiglu_ffn {
-                    Dinov2Mlp { fc1: None, fc2: None, weights_in: Some(linear(d, 2 * f, true, init, device)), weights_out: Some(linear(f, d, true, init, device)), act }
+                    Dinov2Mlp {
+                        fc1: None,
+                        fc2: None,
+                        weights_in: Some(linear(d, 2 * f, true, init, device)),
+                        weights_out: Some(linear(f, d, true, init, device)),
+                        act,
+                    }
                 } else {
-                    Dinov2Mlp { fc1: Some(linear(d, f, true, init, device)), fc2: Some(linear(f, d, true, init, device)), weights_in: None, weights_out: None, act }
+                    Dinov2Mlp {
+                        fc1: Some(linear(d, f, true, init, device)),
+                        fc2: Some(linear(f, d, true, init, device)),
+                        weights_in: None,
+                        weights_out: None,
+                        act,
+                    }
                 };
-                Dinov2Layer { norm1: ln(), attention: ViTAttention::new(&spec, init, device), layer_scale1: ls(), norm2: ln(), mlp, layer_scale2: ls() }
+                Dinov2Layer {
+                    norm1: ln(),
+                    attention: ViTAttention::new(&spec, init, device),
+                    layer_scale1: ls(),
+                    norm2: ln(),
+                    mlp,
+                    layer_scale2: ls(),
+                }
             })
             .collect();
         let grid = [config.image_size[0] / patch, config.image_size[1] / patch];
@@ -342,7 +399,12 @@ impl Dinov2Model {
             grid,
             antialias: config.with_registers(),
         };
-        Ok(Self { embeddings, encoder: Dinov2Encoder { layer }, layernorm: ln(), config: config.clone() })
+        Ok(Self {
+            embeddings,
+            encoder: Dinov2Encoder { layer },
+            layernorm: ln(),
+            config: config.clone(),
+        })
     }
 
     /// A randomly initialized model (normal, std 0.02; layer scales `layerscale_value`), for
@@ -351,7 +413,15 @@ impl Dinov2Model {
     /// # Errors
     /// As [`Dinov2Model::new`].
     pub fn init_random(config: &Dinov2Config, device: &Device) -> Result<Self, ModelError> {
-        Self::new(config, &Initializer::Normal { mean: 0.0, std: 0.02 }, device, "<config>")
+        Self::new(
+            config,
+            &Initializer::Normal {
+                mean: 0.0,
+                std: 0.02,
+            },
+            device,
+            "<config>",
+        )
     }
 
     /// Loads a `Dinov2Model` / `Dinov2WithRegistersModel` checkpoint strictly.
@@ -364,7 +434,11 @@ impl Dinov2Model {
     /// [`ModelError::Checkpoint`] for a bad `config.json`, [`ModelError::Unsupported`] for an
     /// unsupported setting, [`ModelError::Load`] naming every missing / unexpected key and
     /// every shape mismatch (model and file shapes).
-    pub fn load(ckpt: &Checkpoint, device: &Device, opts: &LoadOptions) -> Result<Self, ModelError> {
+    pub fn load(
+        ckpt: &Checkpoint,
+        device: &Device,
+        opts: &LoadOptions,
+    ) -> Result<Self, ModelError> {
         let config: Dinov2Config = ckpt.read_config()?;
         let shapes = checkpoint_shapes(ckpt)?;
         let mut opts = opts.clone();
@@ -377,7 +451,12 @@ impl Dinov2Model {
             }
         }
         opts.benign_unused.push("^embeddings\\.mask_token$".into());
-        let model = Self::new(&config, &Initializer::Zeros, device, &ckpt.config.display().to_string())?;
+        let model = Self::new(
+            &config,
+            &Initializer::Zeros,
+            device,
+            &ckpt.config.display().to_string(),
+        )?;
         Ok(load_strict(model, &ckpt.weights, &opts)?)
     }
 
@@ -395,10 +474,16 @@ impl Dinov2Model {
     /// (before the final layernorm), `attentions`: `L` tensors `[N, H, T, T]`.
     pub fn forward(&self, pixel_values: Tensor<4>, opts: ForwardOptions) -> EncoderOutput {
         let x = self.embeddings.forward(pixel_values);
-        let (x, hidden_states, attentions) = run_stack(&self.encoder.layer, x, opts, |l, x, p| l.forward(x, p));
+        let (x, hidden_states, attentions) =
+            run_stack(&self.encoder.layer, x, opts, |l, x, p| l.forward(x, p));
         let last_hidden_state = self.layernorm.forward(x);
         let pooler_output = token(last_hidden_state.clone(), 0);
-        EncoderOutput { last_hidden_state, pooler_output, hidden_states, attentions }
+        EncoderOutput {
+            last_hidden_state,
+            pooler_output,
+            hidden_states,
+            attentions,
+        }
     }
 }
 

@@ -25,8 +25,8 @@ pub mod siglip;
 pub mod vit;
 pub mod vit_mae;
 
-use burn::prelude::*;
 use bindscope_core::{CheckpointError, LoadError};
+use burn::prelude::*;
 
 /// Why a model could not be built from a checkpoint.
 #[derive(Debug, thiserror::Error)]
@@ -61,7 +61,10 @@ pub struct ForwardOptions {
 impl ForwardOptions {
     /// Hidden states and attentions.
     pub fn all() -> Self {
-        Self { output_hidden_states: true, output_attentions: true }
+        Self {
+            output_hidden_states: true,
+            output_attentions: true,
+        }
     }
 }
 
@@ -101,7 +104,9 @@ impl std::str::FromStr for VisionReadout {
             "pooled" => Ok(Self::Pooled),
             "summary" => Ok(Self::Summary),
             "mean-patch" => Ok(Self::MeanPatch),
-            other => Err(format!("unknown output '{other}': expected pooled, summary or mean-patch")),
+            other => Err(format!(
+                "unknown output '{other}': expected pooled, summary or mean-patch"
+            )),
         }
     }
 }
@@ -149,8 +154,17 @@ pub trait VisionEncoder: Send + Sync {
     /// `forward_vision` followed by [`VisionEncoder::readout`] on the last block's output:
     /// `[N, 3, H, W]` → `[N, E]`.
     fn embed(&self, pixel_values: Tensor<4>, readout: VisionReadout) -> Tensor<2> {
-        let out = self.forward_vision(pixel_values, ForwardOptions { output_hidden_states: true, output_attentions: false });
-        let last = out.hidden_states.and_then(|mut h| h.pop()).expect("hidden states were requested");
+        let out = self.forward_vision(
+            pixel_values,
+            ForwardOptions {
+                output_hidden_states: true,
+                output_attentions: false,
+            },
+        );
+        let last = out
+            .hidden_states
+            .and_then(|mut h| h.pop())
+            .expect("hidden states were requested");
         self.readout(last, readout)
     }
 
@@ -172,7 +186,12 @@ pub trait TextEncoder: Send + Sync {
     ///
     /// # Shapes
     /// `input_ids, attention_mask: [N, T]` (mask 1 = token, 0 = padding).
-    fn forward_text(&self, input_ids: Tensor<2, Int>, attention_mask: Tensor<2, Int>, opts: ForwardOptions) -> EncoderOutput;
+    fn forward_text(
+        &self,
+        input_ids: Tensor<2, Int>,
+        attention_mask: Tensor<2, Int>,
+        opts: ForwardOptions,
+    ) -> EncoderOutput;
 
     /// The model's sentence embedding `[N, E]`: CLIP `text_embeds` (projected EOS token), SigLIP
     /// `pooler_output` (last token through the head), BERT mean pooling + L2 normalization.
@@ -194,14 +213,21 @@ pub fn randomize<M: burn::module::Module>(module: M, std: f64, seed: u64) -> M {
         std: f64,
     }
     impl burn::module::ModuleMapper for Randomizer {
-        fn map_float<const D: usize>(&mut self, param: burn::module::Param<Tensor<D>>) -> burn::module::Param<Tensor<D>> {
+        fn map_float<const D: usize>(
+            &mut self,
+            param: burn::module::Param<Tensor<D>>,
+        ) -> burn::module::Param<Tensor<D>> {
             if D < 2 {
                 return param;
             }
             let std = self.std;
             param.map(|t| {
                 let device = t.device();
-                Tensor::random(t.shape(), burn::tensor::Distribution::Normal(0.0, std), &device)
+                Tensor::random(
+                    t.shape(),
+                    burn::tensor::Distribution::Normal(0.0, std),
+                    &device,
+                )
             })
         }
     }

@@ -37,10 +37,13 @@
 
 use crate::attention::{AttentionMask, multi_head_attention};
 use crate::clip::{
-    ClipEncoder, ClipMlp, ClipTextEmbeddings, EncoderDims, HiddenAct, check_dims, check_model_type, embedding,
-    interpolate_grid_positions, layer_norm, linear, load_module, model_type, read_scalar,
+    ClipEncoder, ClipMlp, ClipTextEmbeddings, EncoderDims, HiddenAct, check_dims, check_model_type,
+    embedding, interpolate_grid_positions, layer_norm, linear, load_module, model_type,
+    read_scalar,
 };
-use crate::{EncoderOutput, ForwardOptions, ModelError, ModelInfo, TextEncoder, VisionEncoder, VisionReadout};
+use crate::{
+    EncoderOutput, ForwardOptions, ModelError, ModelInfo, TextEncoder, VisionEncoder, VisionReadout,
+};
 use bindscope_core::{Checkpoint, LoadOptions};
 use burn::module::Param;
 use burn::nn::conv::{Conv2d, Conv2dConfig};
@@ -179,13 +182,18 @@ impl SiglipVisionConfig {
         if self.patch_size == 0 || !self.image_size.is_multiple_of(self.patch_size) {
             return Err(ModelError::Unsupported {
                 file: file.display().to_string(),
-                message: format!("vision patch_size {} does not divide image_size {}", self.patch_size, self.image_size),
+                message: format!(
+                    "vision patch_size {} does not divide image_size {}",
+                    self.patch_size, self.image_size
+                ),
             });
         }
         if !self.vision_use_head {
             return Err(ModelError::Unsupported {
                 file: file.display().to_string(),
-                message: "vision_use_head = false (no MAP head, hence no pooled output) is not supported".into(),
+                message:
+                    "vision_use_head = false (no MAP head, hence no pooled output) is not supported"
+                        .into(),
             });
         }
         Ok(EncoderDims {
@@ -226,7 +234,6 @@ pub struct SiglipVisionEmbeddings {
     /// Learned positions `[g², D]` for the training grid `g = image_size / patch`.
     pub position_embedding: Embedding,
 }
-
 
 impl SiglipVisionEmbeddings {
     /// `[N, C, H, W]` → `[N, (H/p)·(W/p), D]`; positions are interpolated bicubically when the
@@ -269,18 +276,35 @@ impl TorchMultiheadAttention {
     /// Projection `i` (0 = query, 1 = key, 2 = value) of `x: [N, T, D]`.
     fn project(&self, x: Tensor<3>, i: usize) -> Tensor<3> {
         let [_, d] = self.in_proj_weight.dims();
-        let w = self.in_proj_weight.val().slice([i * d..(i + 1) * d, 0..d]).transpose(); // [D_in, D_out]
+        let w = self
+            .in_proj_weight
+            .val()
+            .slice([i * d..(i + 1) * d, 0..d])
+            .transpose(); // [D_in, D_out]
         let b = self.in_proj_bias.val().narrow(0, i * d, d);
         burn::tensor::module::linear(x, w, Some(b))
     }
 
     /// `query: [N, Tq, D]`, `key_value: [N, T, D]` → `[N, Tq, D]` and, when `need_probs`, the
     /// probabilities `[N, H, Tq, T]` (torch averages them over heads; these are per head).
-    pub fn forward(&self, query: Tensor<3>, key_value: Tensor<3>, need_probs: bool) -> (Tensor<3>, Option<Tensor<4>>) {
+    pub fn forward(
+        &self,
+        query: Tensor<3>,
+        key_value: Tensor<3>,
+        need_probs: bool,
+    ) -> (Tensor<3>, Option<Tensor<4>>) {
         let q = self.project(query, 0);
         let k = self.project(key_value.clone(), 1);
         let v = self.project(key_value, 2);
-        let (ctx, probs) = multi_head_attention(q, k, v, self.num_heads, &AttentionMask::None, None, need_probs);
+        let (ctx, probs) = multi_head_attention(
+            q,
+            k,
+            v,
+            self.num_heads,
+            &AttentionMask::None,
+            None,
+            need_probs,
+        );
         (self.out_proj.forward(ctx), probs)
     }
 }
@@ -330,11 +354,14 @@ impl SiglipVisionTransformer {
         let grid = cfg.image_size / cfg.patch_size;
         Self {
             embeddings: SiglipVisionEmbeddings {
-                patch_embedding: Conv2dConfig::new([cfg.num_channels, d], [cfg.patch_size, cfg.patch_size])
-                    .with_stride([cfg.patch_size, cfg.patch_size])
-                    .with_bias(true)
-                    .with_initializer(Initializer::Zeros)
-                    .init(device),
+                patch_embedding: Conv2dConfig::new(
+                    [cfg.num_channels, d],
+                    [cfg.patch_size, cfg.patch_size],
+                )
+                .with_stride([cfg.patch_size, cfg.patch_size])
+                .with_bias(true)
+                .with_initializer(Initializer::Zeros)
+                .init(device),
                 position_embedding: embedding(grid * grid, d, device),
             },
             encoder: ClipEncoder::new(dims, device),
@@ -356,7 +383,12 @@ impl SiglipVisionTransformer {
         let (last, hidden_states, attentions) = self.encoder.forward(x, &AttentionMask::None, opts);
         let last = self.post_layernorm.forward(last);
         let pooler_output = self.head.forward(last.clone());
-        EncoderOutput { last_hidden_state: last, pooler_output, hidden_states, attentions }
+        EncoderOutput {
+            last_hidden_state: last,
+            pooler_output,
+            hidden_states,
+            attentions,
+        }
     }
 
     /// Readout of a hidden state of any depth: `post_layernorm`, then the MAP head (`Pooled`,
@@ -390,9 +422,16 @@ impl SiglipVisionModel {
     /// # Errors
     /// [`ModelError::Unsupported`] for an unknown activation, indivisible sizes or
     /// `vision_use_head = false`.
-    pub fn new(cfg: &SiglipVisionConfig, config_file: &Path, device: &Device) -> Result<Self, ModelError> {
+    pub fn new(
+        cfg: &SiglipVisionConfig,
+        config_file: &Path,
+        device: &Device,
+    ) -> Result<Self, ModelError> {
         let dims = cfg.dims(config_file)?;
-        Ok(Self { vision_model: SiglipVisionTransformer::new(cfg, &dims, device), config: cfg.clone() })
+        Ok(Self {
+            vision_model: SiglipVisionTransformer::new(cfg, &dims, device),
+            config: cfg.clone(),
+        })
     }
 
     /// Loads the vision tower from a `SiglipModel` checkpoint (`siglip`; text keys ignored
@@ -401,7 +440,11 @@ impl SiglipVisionModel {
     ///
     /// # Errors
     /// [`ModelError`] naming the config field or the missing / unexpected keys.
-    pub fn load(ckpt: &Checkpoint, device: &Device, opts: &LoadOptions) -> Result<Self, ModelError> {
+    pub fn load(
+        ckpt: &Checkpoint,
+        device: &Device,
+        opts: &LoadOptions,
+    ) -> Result<Self, ModelError> {
         let cfg = match model_type(ckpt)?.as_str() {
             "siglip_vision_model" => ckpt.read_config::<SiglipVisionConfig>()?,
             other => {
@@ -471,14 +514,24 @@ impl SiglipTextTransformer {
     /// mask `[N, T]` (applied to the keys only when given, as transformers does) →
     /// `last_hidden_state [N, T, D]` (after `final_layer_norm`), `pooler_output =
     /// head(last_hidden_state[:, -1]) [N, E]`.
-    pub fn forward(&self, input_ids: Tensor<2, Int>, attention_mask: Option<Tensor<2, Int>>, opts: ForwardOptions) -> EncoderOutput {
+    pub fn forward(
+        &self,
+        input_ids: Tensor<2, Int>,
+        attention_mask: Option<Tensor<2, Int>>,
+        opts: ForwardOptions,
+    ) -> EncoderOutput {
         let x = self.embeddings.forward(input_ids);
         let mask = attention_mask.map_or(AttentionMask::None, AttentionMask::Padding);
         let (last, hidden_states, attentions) = self.encoder.forward(x, &mask, opts);
         let last = self.final_layer_norm.forward(last);
         let [n, t, d] = last.dims();
         let pooled = last.clone().slice([0..n, t - 1..t, 0..d]).reshape([n, d]);
-        EncoderOutput { last_hidden_state: last, pooler_output: self.head.forward(pooled), hidden_states, attentions }
+        EncoderOutput {
+            last_hidden_state: last,
+            pooler_output: self.head.forward(pooled),
+            hidden_states,
+            attentions,
+        }
     }
 }
 
@@ -503,12 +556,21 @@ impl SiglipTextModel {
     ///
     /// # Errors
     /// [`ModelError::Unsupported`] for an unknown activation or indivisible sizes.
-    pub fn new(cfg: &SiglipTextConfig, config_file: &Path, device: &Device) -> Result<Self, ModelError> {
+    pub fn new(
+        cfg: &SiglipTextConfig,
+        config_file: &Path,
+        device: &Device,
+    ) -> Result<Self, ModelError> {
         let dims = cfg.dims(config_file)?;
         let d = cfg.hidden_size;
         Ok(Self {
             text_model: SiglipTextTransformer {
-                embeddings: ClipTextEmbeddings::new(cfg.vocab_size, cfg.max_position_embeddings, d, device),
+                embeddings: ClipTextEmbeddings::new(
+                    cfg.vocab_size,
+                    cfg.max_position_embeddings,
+                    d,
+                    device,
+                ),
                 encoder: ClipEncoder::new(&dims, device),
                 final_layer_norm: layer_norm(d, cfg.layer_norm_eps, device),
                 head: linear(d, cfg.projection_size.unwrap_or(d), true, device),
@@ -524,7 +586,11 @@ impl SiglipTextModel {
     ///
     /// # Errors
     /// [`ModelError`] naming the config field or the missing / unexpected keys.
-    pub fn load(ckpt: &Checkpoint, device: &Device, opts: &LoadOptions) -> Result<Self, ModelError> {
+    pub fn load(
+        ckpt: &Checkpoint,
+        device: &Device,
+        opts: &LoadOptions,
+    ) -> Result<Self, ModelError> {
         let cfg = match model_type(ckpt)?.as_str() {
             "siglip_text_model" => ckpt.read_config::<SiglipTextConfig>()?,
             other => {
@@ -543,21 +609,32 @@ impl SiglipTextModel {
     }
 
     /// See [`SiglipTextTransformer::forward`].
-    pub fn forward(&self, input_ids: Tensor<2, Int>, attention_mask: Option<Tensor<2, Int>>, opts: ForwardOptions) -> EncoderOutput {
+    pub fn forward(
+        &self,
+        input_ids: Tensor<2, Int>,
+        attention_mask: Option<Tensor<2, Int>>,
+        opts: ForwardOptions,
+    ) -> EncoderOutput {
         self.text_model.forward(input_ids, attention_mask, opts)
     }
 }
 
 impl TextEncoder for SiglipTextModel {
     /// The mask is ignored unless [`SiglipTextModel::apply_attention_mask`] is set.
-    fn forward_text(&self, input_ids: Tensor<2, Int>, attention_mask: Tensor<2, Int>, opts: ForwardOptions) -> EncoderOutput {
+    fn forward_text(
+        &self,
+        input_ids: Tensor<2, Int>,
+        attention_mask: Tensor<2, Int>,
+        opts: ForwardOptions,
+    ) -> EncoderOutput {
         let mask = self.apply_attention_mask.then_some(attention_mask);
         self.forward(input_ids, mask, opts)
     }
 
     /// `pooler_output` (`get_text_features`): the last token through `head`, `[N, E]`.
     fn embed_text(&self, input_ids: Tensor<2, Int>, attention_mask: Tensor<2, Int>) -> Tensor<2> {
-        self.forward_text(input_ids, attention_mask, ForwardOptions::default()).pooler_output
+        self.forward_text(input_ids, attention_mask, ForwardOptions::default())
+            .pooler_output
     }
 
     fn info(&self) -> ModelInfo {
@@ -605,12 +682,22 @@ impl SiglipModel {
     ///
     /// # Errors
     /// [`ModelError`] naming the config field or the missing / unexpected keys.
-    pub fn load(ckpt: &Checkpoint, device: &Device, opts: &LoadOptions) -> Result<Self, ModelError> {
+    pub fn load(
+        ckpt: &Checkpoint,
+        device: &Device,
+        opts: &LoadOptions,
+    ) -> Result<Self, ModelError> {
         check_model_type(ckpt, &model_type(ckpt)?, &["siglip"])?;
         let cfg: SiglipConfig = ckpt.read_config()?;
         let v = SiglipVisionModel::new(&cfg.vision_config, &ckpt.config, device)?;
         let t = SiglipTextModel::new(&cfg.text_config, &ckpt.config, device)?;
-        let model = Self { vision_model: v.vision_model, text_model: t.text_model, config: cfg, logit_scale: None, logit_bias: None };
+        let model = Self {
+            vision_model: v.vision_model,
+            text_model: t.text_model,
+            config: cfg,
+            logit_scale: None,
+            logit_bias: None,
+        };
         let mut model = load_module(model, ckpt, opts, &[])?;
         model.logit_scale = read_scalar(&ckpt.weights, "logit_scale");
         model.logit_bias = read_scalar(&ckpt.weights, "logit_bias");
@@ -621,8 +708,15 @@ impl SiglipModel {
     /// [`SiglipTextModel::apply_attention_mask`]).
     pub fn into_towers(self) -> (SiglipVisionModel, SiglipTextModel) {
         (
-            SiglipVisionModel { vision_model: self.vision_model, config: self.config.vision_config },
-            SiglipTextModel { text_model: self.text_model, config: self.config.text_config, apply_attention_mask: false },
+            SiglipVisionModel {
+                vision_model: self.vision_model,
+                config: self.config.vision_config,
+            },
+            SiglipTextModel {
+                text_model: self.text_model,
+                config: self.config.text_config,
+                apply_attention_mask: false,
+            },
         )
     }
 
@@ -632,17 +726,28 @@ impl SiglipModel {
     }
 
     /// Text forward pass, see [`SiglipTextTransformer::forward`].
-    pub fn forward_text(&self, input_ids: Tensor<2, Int>, attention_mask: Option<Tensor<2, Int>>, opts: ForwardOptions) -> EncoderOutput {
+    pub fn forward_text(
+        &self,
+        input_ids: Tensor<2, Int>,
+        attention_mask: Option<Tensor<2, Int>>,
+        opts: ForwardOptions,
+    ) -> EncoderOutput {
         self.text_model.forward(input_ids, attention_mask, opts)
     }
 
     /// `get_image_features`: the MAP head output `[N, D]`.
     pub fn image_embeds(&self, pixel_values: Tensor<4>) -> Tensor<2> {
-        self.forward_vision(pixel_values, ForwardOptions::default()).pooler_output
+        self.forward_vision(pixel_values, ForwardOptions::default())
+            .pooler_output
     }
 
     /// `get_text_features`: the head output of the last token `[N, E]`.
-    pub fn text_embeds(&self, input_ids: Tensor<2, Int>, attention_mask: Option<Tensor<2, Int>>) -> Tensor<2> {
-        self.forward_text(input_ids, attention_mask, ForwardOptions::default()).pooler_output
+    pub fn text_embeds(
+        &self,
+        input_ids: Tensor<2, Int>,
+        attention_mask: Option<Tensor<2, Int>>,
+    ) -> Tensor<2> {
+        self.forward_text(input_ids, attention_mask, ForwardOptions::default())
+            .pooler_output
     }
 }

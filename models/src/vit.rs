@@ -35,7 +35,7 @@
 //!
 //! The layer building blocks ([`ViTEmbeddings`], [`ViTEncoder`]) are shared with
 //! [`crate::vit_mae`], and the torch-exact bicubic resampling of position grids
-//! ([`interpolate_pos_grid`]) with [`crate::dinov2`].
+//! ([`interpolate_pos_grid`]) with [`crate::dinov2`], [`crate::clip`] and [`crate::siglip`].
 
 use std::collections::BTreeMap;
 
@@ -46,6 +46,8 @@ use burn::nn::{Initializer, LayerNorm, LayerNormConfig, Linear, LinearConfig};
 use burn::prelude::*;
 use burn::tensor::TensorData;
 use burn::tensor::activation;
+use burn::tensor::module::interpolate;
+use burn::tensor::ops::{InterpolateMode, InterpolateOptions};
 use serde::Deserialize;
 
 use crate::attention::{AttentionMask, multi_head_attention};
@@ -110,7 +112,9 @@ impl Default for ViTConfig {
 }
 
 /// Deserializes an image size given as `224` or `[224, 224]` into `[H, W]`.
-pub(crate) fn de_image_size<'de, D: serde::Deserializer<'de>>(d: D) -> Result<[usize; 2], D::Error> {
+pub(crate) fn de_image_size<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<[usize; 2], D::Error> {
     #[derive(Deserialize)]
     #[serde(untagged)]
     enum Size {
@@ -177,96 +181,78 @@ impl Activation {
     }
 }
 
-/// How a model family calls `torch.nn.functional.interpolate(mode="bicubic",
-/// align_corners=False)` to resize its position-embedding grid.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum PosResize {
-    /// `size=(new_h, new_w)`: the source coordinate scale is `in / out`.
-    Size,
-    /// `scale_factor=((new_h + offset) / in_h, (new_w + offset) / in_w)` (older transformers
-    /// used `offset = 0.1`): the output size is `floor(in · factor)` and the source coordinate
-    /// scale is `1 / factor`, which differs slightly from `in / out`.
-    ScaleFactor {
-        /// The offset added to the target size.
-        offset: f64,
-    },
-}
-
-/// One axis of torch's bicubic resampling as a dense `[out_size, in_size]` row-major matrix
-/// (`align_corners=False`).
-///
-/// - `antialias = false`: `upsample_bicubic2d` (Keys cubic with `A = -0.75`, the four taps
-///   clamped to the border), coordinates computed in f32 as torch does for f32 input.
-/// - `antialias = true`: `_upsample_bicubic2d_aa` (PIL-style: cubic with `A = -0.5`, support
-///   widened by the scale when downsampling, weights normalized to sum 1).
-///
-/// `scale` is the source-coordinate scale (`in / out`, or `1 / scale_factor`).
-pub fn bicubic_resize_weights(in_size: usize, out_size: usize, scale: f64, antialias: bool) -> Vec<f32> {
+/// One axis of torch's *antialiased* bicubic resampling (`_upsample_bicubic2d_aa`,
+/// `align_corners=False`) as a dense `[out_size, in_size]` row-major matrix: PIL-style cubic
+/// with `A = -0.5`, support widened by the scale when downsampling, weights normalized to sum 1.
+/// burn's `interpolate` has no antialiased mode; the plain bicubic goes through it.
+pub fn bicubic_aa_weights(in_size: usize, out_size: usize) -> Vec<f32> {
     let mut w = vec![0f32; out_size * in_size];
-    if antialias {
-        let a = -0.5f64;
-        let filter = |x: f64| {
-            let x = x.abs();
-            if x < 1.0 {
-                ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0
-            } else if x < 2.0 {
-                ((a * x - 5.0 * a) * x + 8.0 * a) * x - 4.0 * a
-            } else {
-                0.0
-            }
-        };
-        let support = if scale >= 1.0 { 2.0 * scale } else { 2.0 };
-        let invscale = if scale >= 1.0 { 1.0 / scale } else { 1.0 };
-        for i in 0..out_size {
-            let center = scale * (i as f64 + 0.5);
-            let xmin = ((center - support + 0.5) as i64).max(0);
-            let xmax = ((center + support + 0.5) as i64).min(in_size as i64);
-            let ws: Vec<f64> = (xmin..xmax).map(|j| filter((j as f64 - center + 0.5) * invscale)).collect();
-            let total: f64 = ws.iter().sum();
-            for (k, j) in (xmin..xmax).enumerate() {
-                let v = if total != 0.0 { ws[k] / total } else { ws[k] };
-                w[i * in_size + j as usize] = v as f32;
-            }
+    let scale = in_size as f64 / out_size as f64;
+    let a = -0.5f64;
+    let filter = |x: f64| {
+        let x = x.abs();
+        if x < 1.0 {
+            ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0
+        } else if x < 2.0 {
+            ((a * x - 5.0 * a) * x + 8.0 * a) * x - 4.0 * a
+        } else {
+            0.0
         }
-    } else {
-        let a = -0.75f32;
-        let cubic1 = |x: f32| ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0;
-        let cubic2 = |x: f32| ((a * x - 5.0 * a) * x + 8.0 * a) * x - 4.0 * a;
-        let scale = scale as f32;
-        for i in 0..out_size {
-            let real = scale * (i as f32 + 0.5) - 0.5;
-            let x0 = real.floor();
-            let t = real - x0;
-            let coeffs = [cubic2(t + 1.0), cubic1(t), cubic1(1.0 - t), cubic2(2.0 - t)];
-            for (k, c) in coeffs.iter().enumerate() {
-                let j = (x0 as i64 - 1 + k as i64).clamp(0, in_size as i64 - 1) as usize;
-                w[i * in_size + j] += c;
-            }
+    };
+    let support = if scale >= 1.0 { 2.0 * scale } else { 2.0 };
+    let invscale = if scale >= 1.0 { 1.0 / scale } else { 1.0 };
+    for i in 0..out_size {
+        let center = scale * (i as f64 + 0.5);
+        let xmin = ((center - support + 0.5) as i64).max(0);
+        let xmax = ((center + support + 0.5) as i64).min(in_size as i64);
+        let ws: Vec<f64> = (xmin..xmax)
+            .map(|j| filter((j as f64 - center + 0.5) * invscale))
+            .collect();
+        let total: f64 = ws.iter().sum();
+        for (k, j) in (xmin..xmax).enumerate() {
+            let v = if total != 0.0 { ws[k] / total } else { ws[k] };
+            w[i * in_size + j as usize] = v as f32;
         }
     }
     w
 }
 
 /// Resamples a grid of position embeddings the way transformers' `interpolate_pos_encoding`
-/// does (bicubic, `align_corners=False`), as two small matrix products on the device.
+/// does: `F.interpolate(mode="bicubic", size=dst, align_corners=False)` (Keys cubic `A = -0.75`,
+/// through burn's `interpolate`), or with `antialias=True` (`Dinov2WithRegistersModel`) as two
+/// small matrix products of [`bicubic_aa_weights`]. Shared by every ViT-like model here.
 ///
 /// # Shapes
 /// `grid: [1, Gh·Gw, D]` (row-major grid) → `[1, h·w, D]`.
-pub fn interpolate_pos_grid(grid: Tensor<3>, src: [usize; 2], dst: [usize; 2], resize: PosResize, antialias: bool) -> Tensor<3> {
-    let device = grid.device();
+pub fn interpolate_pos_grid(
+    grid: Tensor<3>,
+    src: [usize; 2],
+    dst: [usize; 2],
+    antialias: bool,
+) -> Tensor<3> {
     let [_, _, d] = grid.dims();
     let [gh, gw] = src;
     let [h, w] = dst;
-    let scale = |g: usize, n: usize| match resize {
-        PosResize::Size => g as f64 / n as f64,
-        PosResize::ScaleFactor { offset } => 1.0 / ((n as f64 + offset) / g as f64),
-    };
-    let wh = bicubic_resize_weights(gh, h, scale(gh, h), antialias);
-    let ww = bicubic_resize_weights(gw, w, scale(gw, w), antialias);
-    let wh = Tensor::<2>::from_data(TensorData::new(wh, [h, gh]), &device).reshape([1, h, gh]);
-    let wwt = Tensor::<2>::from_data(TensorData::new(ww, [w, gw]), &device).transpose().reshape([1, gw, w]);
+    if src == dst {
+        return grid;
+    }
     let g = grid.reshape([gh, gw, d]).permute([2, 0, 1]); // [D, Gh, Gw]
-    let out = wh.matmul(g).matmul(wwt); // [D, h, w]
+    let out = if antialias {
+        let device = g.device();
+        let wh =
+            Tensor::<2>::from_data(TensorData::new(bicubic_aa_weights(gh, h), [h, gh]), &device)
+                .reshape([1, h, gh]);
+        let wwt =
+            Tensor::<2>::from_data(TensorData::new(bicubic_aa_weights(gw, w), [w, gw]), &device)
+                .transpose()
+                .reshape([1, gw, w]);
+        wh.matmul(g).matmul(wwt) // [D, h, w]
+    } else {
+        let opts = InterpolateOptions::new(InterpolateMode::Bicubic)
+            .with_align_corners(false)
+            .with_output_size([h, w]);
+        interpolate(g.unsqueeze_dim::<4>(0), opts).reshape([d, h, w])
+    };
     out.permute([1, 2, 0]).reshape([1, h * w, d])
 }
 
@@ -283,7 +269,9 @@ pub(crate) fn token(x: Tensor<3>, i: usize) -> Tensor<2> {
 }
 
 /// Shapes of every tensor of a checkpoint (all shards).
-pub(crate) fn checkpoint_shapes(ckpt: &Checkpoint) -> Result<BTreeMap<String, Vec<usize>>, ModelError> {
+pub(crate) fn checkpoint_shapes(
+    ckpt: &Checkpoint,
+) -> Result<BTreeMap<String, Vec<usize>>, ModelError> {
     let mut out = BTreeMap::new();
     for f in &ckpt.weights {
         out.extend(bindscope_core::load::read_safetensors_shapes(f)?);
@@ -292,10 +280,23 @@ pub(crate) fn checkpoint_shapes(ckpt: &Checkpoint) -> Result<BTreeMap<String, Ve
 }
 
 /// Checks the sizes every ViT-like config needs, naming the offending field.
-pub(crate) fn check_sizes(file: &str, hidden: usize, heads: usize, patch: usize, layers: &[(&str, usize)]) -> Result<(), ModelError> {
-    let err = |m: String| Err(ModelError::Unsupported { file: file.to_string(), message: m });
+pub(crate) fn check_sizes(
+    file: &str,
+    hidden: usize,
+    heads: usize,
+    patch: usize,
+    layers: &[(&str, usize)],
+) -> Result<(), ModelError> {
+    let err = |m: String| {
+        Err(ModelError::Unsupported {
+            file: file.to_string(),
+            message: m,
+        })
+    };
     if heads == 0 || !hidden.is_multiple_of(heads) {
-        return err(format!("hidden_size {hidden} is not a multiple of num_attention_heads {heads}"));
+        return err(format!(
+            "hidden_size {hidden} is not a multiple of num_attention_heads {heads}"
+        ));
     }
     if patch == 0 {
         return err("patch_size must be positive".into());
@@ -321,7 +322,13 @@ pub struct PatchEmbeddings {
 
 impl PatchEmbeddings {
     /// New patch embedding with the given initializer.
-    pub fn new(channels: usize, hidden: usize, patch: usize, init: &Initializer, device: &Device) -> Self {
+    pub fn new(
+        channels: usize,
+        hidden: usize,
+        patch: usize,
+        init: &Initializer,
+        device: &Device,
+    ) -> Self {
         let projection = Conv2dConfig::new([channels, hidden], [patch, patch])
             .with_stride([patch, patch])
             .with_initializer(init.clone())
@@ -335,7 +342,10 @@ impl PatchEmbeddings {
     pub fn forward(&self, pixel_values: Tensor<4>) -> (Tensor<3>, [usize; 2]) {
         let [_, c, _, _] = pixel_values.dims();
         let expected = self.projection.weight.dims()[1];
-        assert_eq!(c, expected, "pixel_values has {c} channels, the patch embedding expects {expected}");
+        assert_eq!(
+            c, expected,
+            "pixel_values has {c} channels, the patch embedding expects {expected}"
+        );
         let x = self.projection.forward(pixel_values); // [N, D, h, w]
         let [n, d, h, w] = x.dims();
         (x.reshape([n, d, h * w]).swap_dims(1, 2), [h, w])
@@ -355,21 +365,24 @@ pub struct ViTEmbeddings {
     /// The configured position grid `[Gh, Gw]`.
     #[module(skip)]
     pub grid: [usize; 2],
-    /// How the position grid is resized for other input sizes.
-    #[module(skip)]
-    pub resize: PosResize,
 }
 
 impl ViTEmbeddings {
     /// New embeddings for `image_size / patch` grids.
-    pub fn new(channels: usize, hidden: usize, image_size: [usize; 2], patch: usize, init: &Initializer, device: &Device) -> Self {
+    pub fn new(
+        channels: usize,
+        hidden: usize,
+        image_size: [usize; 2],
+        patch: usize,
+        init: &Initializer,
+        device: &Device,
+    ) -> Self {
         let grid = [image_size[0] / patch, image_size[1] / patch];
         Self {
             cls_token: init.init([1, 1, hidden], device),
             position_embeddings: init.init([1, 1 + grid[0] * grid[1], hidden], device),
             patch_embeddings: PatchEmbeddings::new(channels, hidden, patch, init, device),
             grid,
-            resize: PosResize::Size,
         }
     }
 
@@ -384,7 +397,7 @@ impl ViTEmbeddings {
         let [_, t, d] = pos.dims();
         let cls = pos.clone().slice([0..1, 0..1, 0..d]);
         let patches = pos.slice([0..1, 1..t, 0..d]);
-        let patches = interpolate_pos_grid(patches, self.grid, hw, self.resize, false);
+        let patches = interpolate_pos_grid(patches, self.grid, hw, false);
         Tensor::cat(vec![cls, patches], 1)
     }
 
@@ -419,8 +432,17 @@ pub struct ViTBlockSpec {
     pub qkv_bias: bool,
 }
 
-pub(crate) fn linear(d_in: usize, d_out: usize, bias: bool, init: &Initializer, device: &Device) -> Linear {
-    LinearConfig::new(d_in, d_out).with_bias(bias).with_initializer(init.clone()).init(device)
+pub(crate) fn linear(
+    d_in: usize,
+    d_out: usize,
+    bias: bool,
+    init: &Initializer,
+    device: &Device,
+) -> Linear {
+    LinearConfig::new(d_in, d_out)
+        .with_bias(bias)
+        .with_initializer(init.clone())
+        .init(device)
 }
 
 /// `attention.attention`: the query/key/value projections.
@@ -455,7 +477,15 @@ impl ViTSelfAttention {
         let q = self.query.forward(x.clone());
         let k = self.key.forward(x.clone());
         let v = self.value.forward(x);
-        multi_head_attention(q, k, v, self.num_heads, &AttentionMask::None, None, need_probs)
+        multi_head_attention(
+            q,
+            k,
+            v,
+            self.num_heads,
+            &AttentionMask::None,
+            None,
+            need_probs,
+        )
     }
 }
 
@@ -479,7 +509,12 @@ impl ViTAttention {
     /// New self-attention with output projection (`D → D` each).
     pub fn new(spec: &ViTBlockSpec, init: &Initializer, device: &Device) -> Self {
         let d = spec.hidden_size;
-        Self { attention: ViTSelfAttention::new(spec, init, device), output: Dense { dense: linear(d, d, true, init, device) } }
+        Self {
+            attention: ViTSelfAttention::new(spec, init, device),
+            output: Dense {
+                dense: linear(d, d, true, init, device),
+            },
+        }
     }
 
     /// `[N, T, D]` → `output.dense(attention(x))`, `[N, T, D]`, with the probabilities
@@ -520,11 +555,20 @@ impl ViTLayer {
     /// New block.
     pub fn new(spec: &ViTBlockSpec, init: &Initializer, device: &Device) -> Self {
         let d = spec.hidden_size;
-        let ln = || LayerNormConfig::new(d).with_epsilon(spec.layer_norm_eps).init(device);
+        let ln = || {
+            LayerNormConfig::new(d)
+                .with_epsilon(spec.layer_norm_eps)
+                .init(device)
+        };
         Self {
             attention: ViTAttention::new(spec, init, device),
-            intermediate: ViTIntermediate { dense: linear(d, spec.intermediate_size, true, init, device), act: spec.act },
-            output: Dense { dense: linear(spec.intermediate_size, d, true, init, device) },
+            intermediate: ViTIntermediate {
+                dense: linear(d, spec.intermediate_size, true, init, device),
+                act: spec.act,
+            },
+            output: Dense {
+                dense: linear(spec.intermediate_size, d, true, init, device),
+            },
             layernorm_before: ln(),
             layernorm_after: ln(),
         }
@@ -532,9 +576,15 @@ impl ViTLayer {
 
     /// `[N, T, D]` → `[N, T, D]`, with the attention probabilities `[N, H, T, T]` when asked.
     pub fn forward(&self, x: Tensor<3>, need_probs: bool) -> (Tensor<3>, Option<Tensor<4>>) {
-        let (a, probs) = self.attention.forward(self.layernorm_before.forward(x.clone()), need_probs);
+        let (a, probs) = self
+            .attention
+            .forward(self.layernorm_before.forward(x.clone()), need_probs);
         let x = a + x;
-        let h = self.intermediate.act.forward(self.intermediate.dense.forward(self.layernorm_after.forward(x.clone())));
+        let h = self.intermediate.act.forward(
+            self.intermediate
+                .dense
+                .forward(self.layernorm_after.forward(x.clone())),
+        );
         (self.output.dense.forward(h) + x, probs)
     }
 }
@@ -552,12 +602,25 @@ pub(crate) type StackOutput = (Tensor<3>, Option<Vec<Tensor<3>>>, Option<Vec<Ten
 
 impl ViTEncoder {
     /// `num_layers` new blocks.
-    pub fn new(num_layers: usize, spec: &ViTBlockSpec, init: &Initializer, device: &Device) -> Self {
-        Self { layer: (0..num_layers).map(|_| ViTLayer::new(spec, init, device)).collect() }
+    pub fn new(
+        num_layers: usize,
+        spec: &ViTBlockSpec,
+        init: &Initializer,
+        device: &Device,
+    ) -> Self {
+        Self {
+            layer: (0..num_layers)
+                .map(|_| ViTLayer::new(spec, init, device))
+                .collect(),
+        }
     }
 
     /// Runs every block on the embeddings output `x: [N, T, D]`.
-    pub fn forward(&self, x: Tensor<3>, opts: ForwardOptions) -> (Tensor<3>, Option<Vec<Tensor<3>>>, Option<Vec<Tensor<4>>>) {
+    pub fn forward(
+        &self,
+        x: Tensor<3>,
+        opts: ForwardOptions,
+    ) -> (Tensor<3>, Option<Vec<Tensor<3>>>, Option<Vec<Tensor<4>>>) {
         run_stack(&self.layer, x, opts, |l, x, p| l.forward(x, p))
     }
 }
@@ -622,13 +685,23 @@ impl ViTModel {
     ///
     /// # Errors
     /// [`ModelError::Unsupported`] for an unknown activation or inconsistent sizes.
-    pub fn new(config: &ViTConfig, with_pooler: bool, init: &Initializer, device: &Device, file: &str) -> Result<Self, ModelError> {
+    pub fn new(
+        config: &ViTConfig,
+        with_pooler: bool,
+        init: &Initializer,
+        device: &Device,
+        file: &str,
+    ) -> Result<Self, ModelError> {
         check_sizes(
             file,
             config.hidden_size,
             config.num_attention_heads,
             config.patch_size,
-            &[("hidden_size", config.hidden_size), ("intermediate_size", config.intermediate_size), ("num_channels", config.num_channels)],
+            &[
+                ("hidden_size", config.hidden_size),
+                ("intermediate_size", config.intermediate_size),
+                ("num_channels", config.num_channels),
+            ],
         )?;
         let spec = ViTBlockSpec {
             hidden_size: config.hidden_size,
@@ -648,9 +721,18 @@ impl ViTModel {
             None
         };
         Ok(Self {
-            embeddings: ViTEmbeddings::new(config.num_channels, config.hidden_size, config.image_size, config.patch_size, init, device),
+            embeddings: ViTEmbeddings::new(
+                config.num_channels,
+                config.hidden_size,
+                config.image_size,
+                config.patch_size,
+                init,
+                device,
+            ),
             encoder: ViTEncoder::new(config.num_hidden_layers, &spec, init, device),
-            layernorm: LayerNormConfig::new(config.hidden_size).with_epsilon(config.layer_norm_eps).init(device),
+            layernorm: LayerNormConfig::new(config.hidden_size)
+                .with_epsilon(config.layer_norm_eps)
+                .init(device),
             pooler,
             config: config.clone(),
         })
@@ -662,7 +744,16 @@ impl ViTModel {
     /// # Errors
     /// As [`ViTModel::new`].
     pub fn init_random(config: &ViTConfig, device: &Device) -> Result<Self, ModelError> {
-        Self::new(config, true, &Initializer::Normal { mean: 0.0, std: 0.02 }, device, "<config>")
+        Self::new(
+            config,
+            true,
+            &Initializer::Normal {
+                mean: 0.0,
+                std: 0.02,
+            },
+            device,
+            "<config>",
+        )
     }
 
     /// Loads a `ViTModel` (or the `vit.` backbone of a `ViTForImageClassification`) strictly.
@@ -675,18 +766,33 @@ impl ViTModel {
     /// [`ModelError::Checkpoint`] for a bad `config.json`, [`ModelError::Unsupported`] for an
     /// unsupported setting, [`ModelError::Load`] listing every missing / unexpected key and
     /// every shape mismatch (with the model's and the file's shapes).
-    pub fn load(ckpt: &Checkpoint, device: &Device, opts: &LoadOptions) -> Result<Self, ModelError> {
+    pub fn load(
+        ckpt: &Checkpoint,
+        device: &Device,
+        opts: &LoadOptions,
+    ) -> Result<Self, ModelError> {
         let config: ViTConfig = ckpt.read_config()?;
         let shapes = checkpoint_shapes(ckpt)?;
         let mut opts = opts.clone();
-        let prefixed = !shapes.contains_key("embeddings.cls_token") && shapes.contains_key("vit.embeddings.cls_token");
+        let prefixed = !shapes.contains_key("embeddings.cls_token")
+            && shapes.contains_key("vit.embeddings.cls_token");
         if prefixed {
             opts.remap.push(("^vit\\.".into(), String::new()));
             opts.benign_unused.push("^classifier\\.".into());
         }
         opts.benign_unused.push("(^|\\.)position_ids$".into());
-        let with_pooler = shapes.contains_key(if prefixed { "vit.pooler.dense.weight" } else { "pooler.dense.weight" });
-        let model = Self::new(&config, with_pooler, &Initializer::Zeros, device, &ckpt.config.display().to_string())?;
+        let with_pooler = shapes.contains_key(if prefixed {
+            "vit.pooler.dense.weight"
+        } else {
+            "pooler.dense.weight"
+        });
+        let model = Self::new(
+            &config,
+            with_pooler,
+            &Initializer::Zeros,
+            device,
+            &ckpt.config.display().to_string(),
+        )?;
         Ok(load_strict(model, &ckpt.weights, &opts)?)
     }
 
@@ -705,7 +811,12 @@ impl ViTModel {
         let (x, hidden_states, attentions) = self.encoder.forward(x, opts);
         let last_hidden_state = self.layernorm.forward(x);
         let pooler_output = self.pool(last_hidden_state.clone());
-        EncoderOutput { last_hidden_state, pooler_output, hidden_states, attentions }
+        EncoderOutput {
+            last_hidden_state,
+            pooler_output,
+            hidden_states,
+            attentions,
+        }
     }
 
     /// The pooler on a normalized sequence, or its CLS token when there is no pooler.
@@ -743,7 +854,10 @@ impl VisionEncoder for ViTModel {
         ModelInfo {
             model_type: "vit".into(),
             hidden_size: c.hidden_size,
-            embed_dim: self.pooler.as_ref().map_or(c.hidden_size, |p| p.dense.weight.dims()[1]),
+            embed_dim: self
+                .pooler
+                .as_ref()
+                .map_or(c.hidden_size, |p| p.dense.weight.dims()[1]),
             num_layers: c.num_hidden_layers,
             num_heads: c.num_attention_heads,
             num_params: self.num_params(),

@@ -46,7 +46,10 @@ use burn::nn::{Initializer, LayerNorm, LayerNormConfig};
 use burn::prelude::*;
 use serde::Deserialize;
 
-use crate::vit::{Activation, ViTBlockSpec, ViTEmbeddings, ViTEncoder, check_sizes, checkpoint_shapes, de_image_size, mean_patch, token};
+use crate::vit::{
+    Activation, ViTBlockSpec, ViTEmbeddings, ViTEncoder, check_sizes, checkpoint_shapes,
+    de_image_size, mean_patch, token,
+};
 use crate::{EncoderOutput, ForwardOptions, ModelError, ModelInfo, VisionEncoder, VisionReadout};
 
 /// `config.json` of `ViTMAEModel` (`ViTMAEConfig`), encoder fields only (the decoder fields and
@@ -119,9 +122,24 @@ impl ViTMAEModel {
     ///
     /// # Errors
     /// [`ModelError::Unsupported`] for an unknown activation or inconsistent sizes.
-    pub fn new(config: &ViTMAEConfig, init: &Initializer, device: &Device, file: &str) -> Result<Self, ModelError> {
+    pub fn new(
+        config: &ViTMAEConfig,
+        init: &Initializer,
+        device: &Device,
+        file: &str,
+    ) -> Result<Self, ModelError> {
         let c = config;
-        check_sizes(file, c.hidden_size, c.num_attention_heads, c.patch_size, &[("hidden_size", c.hidden_size), ("intermediate_size", c.intermediate_size), ("num_channels", c.num_channels)])?;
+        check_sizes(
+            file,
+            c.hidden_size,
+            c.num_attention_heads,
+            c.patch_size,
+            &[
+                ("hidden_size", c.hidden_size),
+                ("intermediate_size", c.intermediate_size),
+                ("num_channels", c.num_channels),
+            ],
+        )?;
         let spec = ViTBlockSpec {
             hidden_size: c.hidden_size,
             num_heads: c.num_attention_heads,
@@ -131,9 +149,18 @@ impl ViTMAEModel {
             qkv_bias: c.qkv_bias,
         };
         Ok(Self {
-            embeddings: ViTEmbeddings::new(c.num_channels, c.hidden_size, c.image_size, c.patch_size, init, device),
+            embeddings: ViTEmbeddings::new(
+                c.num_channels,
+                c.hidden_size,
+                c.image_size,
+                c.patch_size,
+                init,
+                device,
+            ),
             encoder: ViTEncoder::new(c.num_hidden_layers, &spec, init, device),
-            layernorm: LayerNormConfig::new(c.hidden_size).with_epsilon(c.layer_norm_eps).init(device),
+            layernorm: LayerNormConfig::new(c.hidden_size)
+                .with_epsilon(c.layer_norm_eps)
+                .init(device),
             config: c.clone(),
         })
     }
@@ -144,7 +171,15 @@ impl ViTMAEModel {
     /// # Errors
     /// As [`ViTMAEModel::new`].
     pub fn init_random(config: &ViTMAEConfig, device: &Device) -> Result<Self, ModelError> {
-        Self::new(config, &Initializer::Normal { mean: 0.0, std: 0.02 }, device, "<config>")
+        Self::new(
+            config,
+            &Initializer::Normal {
+                mean: 0.0,
+                std: 0.02,
+            },
+            device,
+            "<config>",
+        )
     }
 
     /// Loads a `ViTMAEModel` checkpoint, or the encoder of a `ViTMAEForPreTraining` one (`vit.`
@@ -154,15 +189,26 @@ impl ViTMAEModel {
     /// [`ModelError::Checkpoint`] for a bad `config.json`, [`ModelError::Unsupported`] for an
     /// unsupported setting, [`ModelError::Load`] naming every missing / unexpected key and
     /// every shape mismatch (model and file shapes).
-    pub fn load(ckpt: &Checkpoint, device: &Device, opts: &LoadOptions) -> Result<Self, ModelError> {
+    pub fn load(
+        ckpt: &Checkpoint,
+        device: &Device,
+        opts: &LoadOptions,
+    ) -> Result<Self, ModelError> {
         let config: ViTMAEConfig = ckpt.read_config()?;
         let shapes = checkpoint_shapes(ckpt)?;
         let mut opts = opts.clone();
-        if !shapes.contains_key("embeddings.cls_token") && shapes.contains_key("vit.embeddings.cls_token") {
+        if !shapes.contains_key("embeddings.cls_token")
+            && shapes.contains_key("vit.embeddings.cls_token")
+        {
             opts.remap.push(("^vit\\.".into(), String::new()));
             opts.benign_unused.push("^decoder\\.".into());
         }
-        let model = Self::new(&config, &Initializer::Zeros, device, &ckpt.config.display().to_string())?;
+        let model = Self::new(
+            &config,
+            &Initializer::Zeros,
+            device,
+            &ckpt.config.display().to_string(),
+        )?;
         Ok(load_strict(model, &ckpt.weights, &opts)?)
     }
 
@@ -179,7 +225,12 @@ impl ViTMAEModel {
         let (x, hidden_states, attentions) = self.encoder.forward(x, opts);
         let last_hidden_state = self.layernorm.forward(x);
         let pooler_output = mean_patch(last_hidden_state.clone(), 1);
-        EncoderOutput { last_hidden_state, pooler_output, hidden_states, attentions }
+        EncoderOutput {
+            last_hidden_state,
+            pooler_output,
+            hidden_states,
+            attentions,
+        }
     }
 }
 

@@ -72,23 +72,28 @@ const WEIGHTS: &str = "model.safetensors";
 const INDEX: &str = "model.safetensors.index.json";
 
 fn read_json_value(path: &Path) -> Result<serde_json::Value, CheckpointError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|source| CheckpointError::Io { path: path.to_path_buf(), source })?;
-    serde_json::from_str(&text)
-        .map_err(|e| CheckpointError::BadJson { path: path.to_path_buf(), message: e.to_string() })
+    let text = std::fs::read_to_string(path).map_err(|source| CheckpointError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    serde_json::from_str(&text).map_err(|e| CheckpointError::BadJson {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })
 }
 
 /// Shard file names listed in a `model.safetensors.index.json` (`weight_map` values, deduplicated
 /// in first-seen order of the sorted keys).
 fn shards_from_index(index: &Path) -> Result<Vec<String>, CheckpointError> {
     let v = read_json_value(index)?;
-    let map = v.get("weight_map").and_then(|m| m.as_object()).ok_or_else(|| {
-        CheckpointError::BadJson {
+    let map = v
+        .get("weight_map")
+        .and_then(|m| m.as_object())
+        .ok_or_else(|| CheckpointError::BadJson {
             path: index.to_path_buf(),
             message: "expected an object field 'weight_map' mapping tensor names to shard files"
                 .into(),
-        }
-    })?;
+        })?;
     let mut names: Vec<String> = Vec::new();
     let mut keys: Vec<&String> = map.keys().collect();
     keys.sort();
@@ -133,7 +138,10 @@ impl Checkpoint {
     pub fn from_dir(spec: &str, dir: &Path) -> Result<Self, CheckpointError> {
         let config = dir.join("config.json");
         if !config.is_file() {
-            return Err(CheckpointError::MissingFile { dir: dir.to_path_buf(), file: "config.json".into() });
+            return Err(CheckpointError::MissingFile {
+                dir: dir.to_path_buf(),
+                file: "config.json".into(),
+            });
         }
         let weights = if dir.join(WEIGHTS).is_file() {
             vec![dir.join(WEIGHTS)]
@@ -143,7 +151,10 @@ impl Checkpoint {
             for s in shards {
                 let p = dir.join(&s);
                 if !p.is_file() {
-                    return Err(CheckpointError::MissingFile { dir: dir.to_path_buf(), file: s });
+                    return Err(CheckpointError::MissingFile {
+                        dir: dir.to_path_buf(),
+                        file: s,
+                    });
                 }
                 out.push(p);
             }
@@ -168,16 +179,22 @@ impl Checkpoint {
         let cache = hf_hub::Cache::from_env();
         let repo = cache.model(spec.to_string());
         let cached = |f: &str| repo.get(f);
-        let offline = std::env::var("HF_HUB_OFFLINE").is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true"));
+        let offline = std::env::var("HF_HUB_OFFLINE")
+            .is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true"));
         let files = format!("config.json and {WEIGHTS} (or {INDEX})");
-        let cache_dir = cache.path().join(format!("models--{}", spec.replace('/', "--")));
+        let cache_dir = cache
+            .path()
+            .join(format!("models--{}", spec.replace('/', "--")));
 
         // 1. Everything already in the cache.
         if let Some(config) = cached("config.json") {
             let weights = if let Some(w) = cached(WEIGHTS) {
                 Some(vec![w])
             } else if let Some(idx) = cached(INDEX) {
-                shards_from_index(&idx)?.iter().map(|s| cached(s)).collect::<Option<Vec<_>>>()
+                shards_from_index(&idx)?
+                    .iter()
+                    .map(|s| cached(s))
+                    .collect::<Option<Vec<_>>>()
             } else {
                 None
             };
@@ -215,7 +232,9 @@ impl Checkpoint {
             .build()
             .map_err(|e| not_found(e.to_string()))?;
         let remote = api.model(spec.to_string());
-        let config = remote.get("config.json").map_err(|e| not_found(e.to_string()))?;
+        let config = remote
+            .get("config.json")
+            .map_err(|e| not_found(e.to_string()))?;
         let weights = match remote.get(WEIGHTS) {
             Ok(w) => vec![w],
             Err(first) => match remote.get(INDEX) {
@@ -265,9 +284,15 @@ impl Checkpoint {
     pub fn weights_sha256(&self) -> Result<String, CheckpointError> {
         let mut digests = Vec::new();
         for w in &self.weights {
-            let mut f = std::fs::File::open(w).map_err(|source| CheckpointError::Io { path: w.clone(), source })?;
+            let mut f = std::fs::File::open(w).map_err(|source| CheckpointError::Io {
+                path: w.clone(),
+                source,
+            })?;
             let mut h = Sha256::new();
-            std::io::copy(&mut f, &mut h).map_err(|source| CheckpointError::Io { path: w.clone(), source })?;
+            std::io::copy(&mut f, &mut h).map_err(|source| CheckpointError::Io {
+                path: w.clone(),
+                source,
+            })?;
             digests.push(hex(&h.finalize()));
         }
         if digests.len() == 1 {
@@ -282,10 +307,14 @@ impl Checkpoint {
 /// # Errors
 /// [`CheckpointError::Io`] or [`CheckpointError::BadJson`].
 pub fn read_json_file<T: DeserializeOwned>(path: &Path) -> Result<T, CheckpointError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|source| CheckpointError::Io { path: path.to_path_buf(), source })?;
-    serde_json::from_str(&text)
-        .map_err(|e| CheckpointError::BadJson { path: path.to_path_buf(), message: e.to_string() })
+    let text = std::fs::read_to_string(path).map_err(|source| CheckpointError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    serde_json::from_str(&text).map_err(|e| CheckpointError::BadJson {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -301,9 +330,14 @@ mod tests {
         // SAFETY: tests in this module do not read these variables concurrently elsewhere.
         unsafe {
             std::env::set_var("HF_HUB_OFFLINE", "1");
-            std::env::set_var("HF_HOME", std::env::temp_dir().join("bindscope-empty-hf-home"));
+            std::env::set_var(
+                "HF_HOME",
+                std::env::temp_dir().join("bindscope-empty-hf-home"),
+            );
         }
-        let err = Checkpoint::resolve("nobody/no-such-model").unwrap_err().to_string();
+        let err = Checkpoint::resolve("nobody/no-such-model")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("config.json"), "{err}");
         assert!(err.contains("HF_HUB_OFFLINE"), "{err}");
         assert!(err.contains("--model /path/to/dir"), "{err}");
@@ -314,7 +348,9 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("bindscope-ckpt-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("config.json"), "{}").unwrap();
-        let err = Checkpoint::resolve(dir.to_str().unwrap()).unwrap_err().to_string();
+        let err = Checkpoint::resolve(dir.to_str().unwrap())
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("model.safetensors"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
     }

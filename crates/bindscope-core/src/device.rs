@@ -36,7 +36,10 @@ pub fn parse_device(spec: &str) -> Result<Device, DeviceError> {
     let (name, index) = match lower.split_once(':') {
         Some((n, i)) => (
             n.to_string(),
-            Some(i.parse::<usize>().map_err(|_| DeviceError::BadIndex(spec.to_string()))?),
+            Some(
+                i.parse::<usize>()
+                    .map_err(|_| DeviceError::BadIndex(spec.to_string()))?,
+            ),
         ),
         None => (lower.clone(), None),
     };
@@ -55,18 +58,26 @@ pub fn parse_device(spec: &str) -> Result<Device, DeviceError> {
             #[cfg(not(feature = "cuda"))]
             {
                 let _ = index;
-                Err(DeviceError::NotCompiled { spec: spec.to_string(), feature: "cuda" })
+                Err(DeviceError::NotCompiled {
+                    spec: spec.to_string(),
+                    feature: "cuda",
+                })
             }
         }
         "wgpu" => {
             #[cfg(feature = "wgpu")]
             {
-                Ok(Device::wgpu(burn::tensor::DeviceKind::DiscreteGpu(index.unwrap_or(0))))
+                Ok(Device::wgpu(burn::tensor::DeviceKind::DiscreteGpu(
+                    index.unwrap_or(0),
+                )))
             }
             #[cfg(not(feature = "wgpu"))]
             {
                 let _ = index;
-                Err(DeviceError::NotCompiled { spec: spec.to_string(), feature: "wgpu" })
+                Err(DeviceError::NotCompiled {
+                    spec: spec.to_string(),
+                    feature: "wgpu",
+                })
             }
         }
         _ => Err(DeviceError::Unknown(spec.to_string())),
@@ -93,9 +104,18 @@ mod tests {
         assert!(parse_device("cpu").is_ok());
         assert!(parse_device("CPU").is_ok());
         assert!(matches!(parse_device("tpu"), Err(DeviceError::Unknown(_))));
-        assert!(matches!(parse_device("cuda:x"), Err(DeviceError::BadIndex(_))));
-        assert!(matches!(parse_device("cpu:1"), Err(DeviceError::BadIndex(_))));
+        assert!(matches!(
+            parse_device("cuda:x"),
+            Err(DeviceError::BadIndex(_))
+        ));
+        assert!(matches!(
+            parse_device("cpu:1"),
+            Err(DeviceError::BadIndex(_))
+        ));
         #[cfg(not(feature = "cuda"))]
-        assert!(matches!(parse_device("cuda:0"), Err(DeviceError::NotCompiled { .. })));
+        assert!(matches!(
+            parse_device("cuda:0"),
+            Err(DeviceError::NotCompiled { .. })
+        ));
     }
 }

@@ -5,7 +5,10 @@ use std::path::{Path, PathBuf};
 
 /// The temporary sibling used while `path` is being written (`.name.tmp`).
 pub fn temp_sibling(path: &Path) -> PathBuf {
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     path.with_file_name(format!(".{name}.tmp"))
 }
 
@@ -50,7 +53,11 @@ pub fn write_atomic_with(
 /// Any I/O error, with the path in the message.
 pub fn append_line(path: &Path, line: &str) -> std::io::Result<()> {
     let ctx = |e: std::io::Error| std::io::Error::new(e.kind(), format!("{}: {e}", path.display()));
-    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path).map_err(ctx)?;
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(ctx)?;
     let mut buf = String::with_capacity(line.len() + 1);
     buf.push_str(line);
     buf.push('\n');
@@ -73,7 +80,11 @@ mod tests {
         assert!(!temp_sibling(&p).exists());
         let failed = write_atomic_with(&p, |_| Err(std::io::Error::other("boom")));
         assert!(failed.is_err());
-        assert_eq!(std::fs::read(&p).unwrap(), b"two", "a failed write must keep the old file");
+        assert_eq!(
+            std::fs::read(&p).unwrap(),
+            b"two",
+            "a failed write must keep the old file"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

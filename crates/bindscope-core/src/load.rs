@@ -97,17 +97,26 @@ fn compile(patterns: &[String]) -> Result<Vec<regex::Regex>, LoadError> {
 ///
 /// # Errors
 /// [`LoadError::File`] naming the file and what is wrong with it.
-pub fn read_safetensors_header(path: &Path) -> Result<serde_json::Map<String, serde_json::Value>, LoadError> {
-    let file_err = |m: String| LoadError::File { path: path.to_path_buf(), message: m };
+pub fn read_safetensors_header(
+    path: &Path,
+) -> Result<serde_json::Map<String, serde_json::Value>, LoadError> {
+    let file_err = |m: String| LoadError::File {
+        path: path.to_path_buf(),
+        message: m,
+    };
     let mut f = std::fs::File::open(path).map_err(|e| file_err(e.to_string()))?;
     let mut len = [0u8; 8];
-    std::io::Read::read_exact(&mut f, &mut len).map_err(|e| file_err(format!("not a safetensors file: {e}")))?;
+    std::io::Read::read_exact(&mut f, &mut len)
+        .map_err(|e| file_err(format!("not a safetensors file: {e}")))?;
     let n = u64::from_le_bytes(len) as usize;
     if n > 100 << 20 {
-        return Err(file_err(format!("not a safetensors file: header length {n} is implausible")));
+        return Err(file_err(format!(
+            "not a safetensors file: header length {n} is implausible"
+        )));
     }
     let mut header = vec![0u8; n];
-    std::io::Read::read_exact(&mut f, &mut header).map_err(|e| file_err(format!("truncated header: {e}")))?;
+    std::io::Read::read_exact(&mut f, &mut header)
+        .map_err(|e| file_err(format!("truncated header: {e}")))?;
     let mut v: serde_json::Map<String, serde_json::Value> =
         serde_json::from_slice(&header).map_err(|e| file_err(format!("bad header JSON: {e}")))?;
     v.remove("__metadata__");
@@ -125,7 +134,11 @@ pub fn read_safetensors_shapes(path: &Path) -> Result<BTreeMap<String, Vec<usize
             let shape = t
                 .get("shape")
                 .and_then(|s| s.as_array())
-                .map(|a| a.iter().filter_map(|d| d.as_u64().map(|d| d as usize)).collect())
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|d| d.as_u64().map(|d| d as usize))
+                        .collect()
+                })
                 .unwrap_or_default();
             (k, shape)
         })
@@ -138,11 +151,20 @@ pub fn read_safetensors_shapes(path: &Path) -> Result<BTreeMap<String, Vec<usize
 /// [`LoadError::Mismatch`] listing every missing key (with its module type), every unexpected
 /// key (with its shape) and every shape or dtype mismatch; [`LoadError::File`] when a file
 /// cannot be read.
-pub fn load_strict<M: Module>(mut module: M, files: &[PathBuf], opts: &LoadOptions) -> Result<M, LoadError> {
+pub fn load_strict<M: Module>(
+    mut module: M,
+    files: &[PathBuf],
+    opts: &LoadOptions,
+) -> Result<M, LoadError> {
     let benign = compile(&opts.benign_unused)?;
     let only = compile(&opts.only)?;
-    let remapper = KeyRemapper::from_patterns(opts.remap.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect())
-        .map_err(|e| LoadError::Pattern(format!("{:?}", opts.remap), e.to_string()))?;
+    let remapper = KeyRemapper::from_patterns(
+        opts.remap
+            .iter()
+            .map(|(a, b)| (a.as_str(), b.as_str()))
+            .collect(),
+    )
+    .map_err(|e| LoadError::Pattern(format!("{:?}", opts.remap), e.to_string()))?;
 
     let mut applied: BTreeSet<String> = BTreeSet::new();
     let mut missing: BTreeMap<String, String> = BTreeMap::new();
@@ -165,9 +187,10 @@ pub fn load_strict<M: Module>(mut module: M, files: &[PathBuf], opts: &LoadOptio
             let pats: Vec<String> = opts.only.clone();
             store = store.with_regexes(pats);
         }
-        let result = module
-            .load_from(&mut store)
-            .map_err(|e| LoadError::File { path: file.clone(), message: e.to_string() })?;
+        let result = module.load_from(&mut store).map_err(|e| LoadError::File {
+            path: file.clone(),
+            message: e.to_string(),
+        })?;
         for e in &result.errors {
             errors.push(describe(e));
         }
@@ -189,14 +212,26 @@ pub fn load_strict<M: Module>(mut module: M, files: &[PathBuf], opts: &LoadOptio
             }
             let orig = remapped.get(key).cloned().unwrap_or_else(|| key.clone());
             let shape = shapes.get(&orig).cloned().unwrap_or_default();
-            let shown = if orig != *key { format!("{orig} (remapped to {key})") } else { orig };
+            let shown = if orig != *key {
+                format!("{orig} (remapped to {key})")
+            } else {
+                orig
+            };
             unexpected.push((shown, shape));
         }
     }
     // A parameter provided by any shard is not missing.
-    let missing: Vec<(String, String)> = missing.into_iter().filter(|(p, _)| !applied.contains(p)).collect();
+    let missing: Vec<(String, String)> = missing
+        .into_iter()
+        .filter(|(p, _)| !applied.contains(p))
+        .collect();
     if !missing.is_empty() || !unexpected.is_empty() || !errors.is_empty() {
-        return Err(LoadError::Mismatch { files: files.to_vec(), missing, unexpected, errors });
+        return Err(LoadError::Mismatch {
+            files: files.to_vec(),
+            missing,
+            unexpected,
+            errors,
+        });
     }
     Ok(module)
 }
@@ -211,8 +246,16 @@ fn remap_one(remapper: &KeyRemapper, key: &str) -> String {
 
 fn describe(e: &ApplyError) -> String {
     match e {
-        ApplyError::ShapeMismatch { path, expected, found } => {
-            format!("shape mismatch for {path}: model expects {:?}, file has {:?}", expected.to_vec(), found.to_vec())
+        ApplyError::ShapeMismatch {
+            path,
+            expected,
+            found,
+        } => {
+            format!(
+                "shape mismatch for {path}: model expects {:?}, file has {:?}",
+                expected.to_vec(),
+                found.to_vec()
+            )
         }
         other => format!("{other:?}"),
     }

@@ -42,12 +42,13 @@
 //! ```
 
 mod decode;
-mod jpeg;
 mod processor;
 mod resample;
 
-pub use processor::{center_crop, ImageProcessor, PixelBatch, PixelValues, ProcessorKind, ResizeTo};
-pub use resample::{resize, Filter};
+pub use processor::{
+    ImageProcessor, PixelBatch, PixelValues, ProcessorKind, ResizeTo, center_crop,
+};
+pub use resample::{Filter, resize};
 
 use std::path::{Path, PathBuf};
 
@@ -71,10 +72,18 @@ impl RgbImage {
         if data.len() != width * height * 3 {
             return Err(ImageError::Config {
                 path: None,
-                message: format!("{} bytes for a {width}x{height} RGB image (expected {})", data.len(), width * height * 3),
+                message: format!(
+                    "{} bytes for a {width}x{height} RGB image (expected {})",
+                    data.len(),
+                    width * height * 3
+                ),
             });
         }
-        Ok(Self { width, height, data })
+        Ok(Self {
+            width,
+            height,
+            data,
+        })
     }
 }
 
@@ -106,7 +115,10 @@ pub struct DecodeOptions {
 
 impl Default for DecodeOptions {
     fn default() -> Self {
-        Self { alpha: Alpha::default(), exif_orientation: true }
+        Self {
+            alpha: Alpha::default(),
+            exif_orientation: true,
+        }
     }
 }
 
@@ -114,7 +126,10 @@ impl DecodeOptions {
     /// What the HF processors see after `ImageOps.exif_transpose`: alpha dropped
     /// ([`Alpha::Ignore`], as `convert_to_rgb` does), EXIF orientation applied.
     pub fn hf() -> Self {
-        Self { alpha: Alpha::Ignore, exif_orientation: true }
+        Self {
+            alpha: Alpha::Ignore,
+            exif_orientation: true,
+        }
     }
 }
 
@@ -174,7 +189,10 @@ pub enum ImageError {
 /// [`ImageError::Io`], [`ImageError::Corrupt`] or [`ImageError::Unsupported`], naming `path`.
 pub fn decode_file(path: impl AsRef<Path>, opts: &DecodeOptions) -> Result<RgbImage, ImageError> {
     let path = path.as_ref();
-    let bytes = std::fs::read(path).map_err(|source| ImageError::Io { path: path.to_path_buf(), source })?;
+    let bytes = std::fs::read(path).map_err(|source| ImageError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
     decode::decode(&bytes, path, opts)
 }
 
@@ -182,7 +200,11 @@ pub fn decode_file(path: impl AsRef<Path>, opts: &DecodeOptions) -> Result<RgbIm
 ///
 /// # Errors
 /// As [`decode_file`].
-pub fn decode_bytes(bytes: &[u8], name: impl AsRef<Path>, opts: &DecodeOptions) -> Result<RgbImage, ImageError> {
+pub fn decode_bytes(
+    bytes: &[u8],
+    name: impl AsRef<Path>,
+    opts: &DecodeOptions,
+) -> Result<RgbImage, ImageError> {
     decode::decode(bytes, name.as_ref(), opts)
 }
 
@@ -220,12 +242,16 @@ impl DirLoad {
 
     /// The failures.
     pub fn failures(&self) -> impl Iterator<Item = (&Path, &ImageError)> {
-        self.results.iter().filter_map(|(p, r)| r.as_ref().err().map(|e| (p.as_path(), e)))
+        self.results
+            .iter()
+            .filter_map(|(p, r)| r.as_ref().err().map(|e| (p.as_path(), e)))
     }
 
     /// The decoded images.
     pub fn images(&self) -> impl Iterator<Item = (&Path, &RgbImage)> {
-        self.results.iter().filter_map(|(p, r)| r.as_ref().ok().map(|i| (p.as_path(), i)))
+        self.results
+            .iter()
+            .filter_map(|(p, r)| r.as_ref().ok().map(|i| (p.as_path(), i)))
     }
 
     /// One line: `"<dir>: 7 of 8 files decoded, 1 failed (a.jpg: ...); 1 sub-directory not read"`.
@@ -242,7 +268,10 @@ impl DirLoad {
             s.push_str(&format!(" ({})", msgs.join("; ")));
         }
         if !self.not_files.is_empty() {
-            s.push_str(&format!("; {} entries that are not files not read", self.not_files.len()));
+            s.push_str(&format!(
+                "; {} entries that are not files not read",
+                self.not_files.len()
+            ));
         }
         s
     }
@@ -254,10 +283,23 @@ impl DirLoad {
     pub fn into_result(self) -> Result<Vec<(PathBuf, RgbImage)>, ImageError> {
         let failed = self.failure_count();
         if failed > 0 {
-            let first = self.failures().next().map(|(_, e)| e.to_string()).unwrap_or_default();
-            return Err(ImageError::Dir { dir: self.dir, failed, total: self.results.len(), first });
+            let first = self
+                .failures()
+                .next()
+                .map(|(_, e)| e.to_string())
+                .unwrap_or_default();
+            return Err(ImageError::Dir {
+                dir: self.dir,
+                failed,
+                total: self.results.len(),
+                first,
+            });
         }
-        Ok(self.results.into_iter().map(|(p, r)| (p, r.expect("no failures"))).collect())
+        Ok(self
+            .results
+            .into_iter()
+            .map(|(p, r)| (p, r.expect("no failures")))
+            .collect())
     }
 }
 
@@ -269,7 +311,10 @@ impl DirLoad {
 /// [`ImageError::Io`] if the directory itself cannot be listed.
 pub fn load_dir(dir: impl AsRef<Path>, opts: &DecodeOptions) -> Result<DirLoad, ImageError> {
     let dir = dir.as_ref();
-    let io = |source| ImageError::Io { path: dir.to_path_buf(), source };
+    let io = |source| ImageError::Io {
+        path: dir.to_path_buf(),
+        source,
+    };
     let mut files = Vec::new();
     let mut not_files = Vec::new();
     for entry in std::fs::read_dir(dir).map_err(io)? {
@@ -289,5 +334,9 @@ pub fn load_dir(dir: impl AsRef<Path>, opts: &DecodeOptions) -> Result<DirLoad, 
             (p, r)
         })
         .collect();
-    Ok(DirLoad { dir: dir.to_path_buf(), results, not_files })
+    Ok(DirLoad {
+        dir: dir.to_path_buf(),
+        results,
+        not_files,
+    })
 }

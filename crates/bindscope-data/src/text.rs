@@ -32,7 +32,10 @@
 
 use burn::prelude::*;
 use std::path::{Path, PathBuf};
-use tokenizers::{PaddingDirection, PaddingParams, PaddingStrategy, TruncationDirection, TruncationParams, TruncationStrategy};
+use tokenizers::{
+    PaddingDirection, PaddingParams, PaddingStrategy, TruncationDirection, TruncationParams,
+    TruncationStrategy,
+};
 
 /// Why a tokenizer could not be built or could not encode.
 #[derive(Debug, thiserror::Error)]
@@ -55,7 +58,9 @@ pub enum TextError {
         message: String,
     },
     /// No policy for this `model_type`.
-    #[error("no tokenization policy for model_type '{0}' (known: bert, clip, clip_text_model, siglip, siglip_text_model)")]
+    #[error(
+        "no tokenization policy for model_type '{0}' (known: bert, clip, clip_text_model, siglip, siglip_text_model)"
+    )]
     UnknownModelType(String),
 }
 
@@ -112,25 +117,43 @@ impl TextPolicy {
     /// BERT / MiniLM: truncate at 512, pad to the longest in the batch. (sentence-transformers'
     /// all-MiniLM-L6-v2 truncates at 256: use [`TextPolicy::with_max_length`] to match it.)
     pub fn bert() -> Self {
-        Self { family: TextFamily::Bert, max_length: 512, padding: Padding::Longest, pad_token: None }
+        Self {
+            family: TextFamily::Bert,
+            max_length: 512,
+            padding: Padding::Longest,
+            pad_token: None,
+        }
     }
 
     /// CLIP: context 77 (EOT kept last), pad to the longest in the batch. The CLIP text tower
     /// pools the EOT token through the attention mask, so dynamic padding gives the same
     /// embeddings as padding to 77 ([`TextPolicy::clip_max_length`]).
     pub fn clip() -> Self {
-        Self { family: TextFamily::Clip, max_length: 77, padding: Padding::Longest, pad_token: None }
+        Self {
+            family: TextFamily::Clip,
+            max_length: 77,
+            padding: Padding::Longest,
+            pad_token: None,
+        }
     }
 
     /// CLIP padded to the full context of 77 tokens.
     pub fn clip_max_length() -> Self {
-        Self { padding: Padding::MaxLength, ..Self::clip() }
+        Self {
+            padding: Padding::MaxLength,
+            ..Self::clip()
+        }
     }
 
     /// SigLIP: pad and truncate to 64 (SigLIP was trained on sequences padded to 64 and its
     /// text tower reads the last position, so the padding is part of the input).
     pub fn siglip() -> Self {
-        Self { family: TextFamily::Siglip, max_length: 64, padding: Padding::MaxLength, pad_token: None }
+        Self {
+            family: TextFamily::Siglip,
+            max_length: 64,
+            padding: Padding::MaxLength,
+            pad_token: None,
+        }
     }
 
     /// Same policy, another maximum length.
@@ -145,7 +168,10 @@ impl TextPolicy {
 
     /// Same policy, an explicit pad token.
     pub fn with_pad_token(self, pad_token: impl Into<String>) -> Self {
-        Self { pad_token: Some(pad_token.into()), ..self }
+        Self {
+            pad_token: Some(pad_token.into()),
+            ..self
+        }
     }
 
     /// The default policy of a checkpoint's `model_type` (`bert`, `clip`, `clip_text_model`,
@@ -169,7 +195,10 @@ impl TextPolicy {
     /// # Errors
     /// [`TextError::UnknownModelType`], also when `model_type` is absent.
     pub fn from_config(config: &serde_json::Value) -> Result<Self, TextError> {
-        let model_type = config.get("model_type").and_then(|v| v.as_str()).unwrap_or("");
+        let model_type = config
+            .get("model_type")
+            .and_then(|v| v.as_str())
+            .unwrap_or("");
         let policy = Self::for_model_type(model_type)?;
         let text = config.get("text_config").unwrap_or(config);
         match text.get("max_position_embeddings").and_then(|v| v.as_u64()) {
@@ -212,7 +241,10 @@ impl Encoded {
     /// `(input_ids, attention_mask)` as `[N, T]` integer tensors.
     pub fn tensors(&self, device: &Device) -> (Tensor<2, Int>, Tensor<2, Int>) {
         let t = self.seq_len();
-        (Self::tensor(&self.input_ids, t, device), Self::tensor(&self.attention_mask, t, device))
+        (
+            Self::tensor(&self.input_ids, t, device),
+            Self::tensor(&self.attention_mask, t, device),
+        )
     }
 }
 
@@ -232,12 +264,19 @@ fn pad_token_in(path: &Path) -> Result<Option<String>, TextError> {
     if !path.is_file() {
         return Ok(None);
     }
-    let bad = |m: String| TextError::File { path: path.to_path_buf(), message: m };
+    let bad = |m: String| TextError::File {
+        path: path.to_path_buf(),
+        message: m,
+    };
     let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
-    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| bad(format!("bad JSON: {e}")))?;
+    let v: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| bad(format!("bad JSON: {e}")))?;
     Ok(match v.get("pad_token") {
         Some(serde_json::Value::String(s)) => Some(s.clone()),
-        Some(obj @ serde_json::Value::Object(_)) => obj.get("content").and_then(|c| c.as_str()).map(str::to_string),
+        Some(obj @ serde_json::Value::Object(_)) => obj
+            .get("content")
+            .and_then(|c| c.as_str())
+            .map(str::to_string),
         _ => None,
     })
 }
@@ -251,9 +290,14 @@ impl Tokenizer {
     /// the pad token is not in the vocabulary.
     pub fn from_file(path: impl AsRef<Path>, policy: TextPolicy) -> Result<Self, TextError> {
         let path = path.as_ref().to_path_buf();
-        let bad = |m: String| TextError::File { path: path.clone(), message: m };
+        let bad = |m: String| TextError::File {
+            path: path.clone(),
+            message: m,
+        };
         if !path.is_file() {
-            return Err(bad("tokenizer file not found (expected a Hugging Face tokenizer.json)".into()));
+            return Err(bad(
+                "tokenizer file not found (expected a Hugging Face tokenizer.json)".into(),
+            ));
         }
         if policy.max_length == 0 {
             return Err(bad("policy max_length must be positive".into()));
@@ -275,7 +319,9 @@ impl Tokenizer {
             .token_to_id(&pad_token)
             .ok_or_else(|| bad(format!("pad token '{pad_token}' is not in the vocabulary")))?;
 
-        let added = inner.get_post_processor().map_or(0, |pp| tokenizers::PostProcessor::added_tokens(pp, false));
+        let added = inner
+            .get_post_processor()
+            .map_or(0, |pp| tokenizers::PostProcessor::added_tokens(pp, false));
         if added >= policy.max_length {
             return Err(bad(format!(
                 "max_length {} leaves no room for text next to the {added} special tokens",
@@ -301,7 +347,13 @@ impl Tokenizer {
             pad_type_id: 0,
             pad_token: pad_token.clone(),
         }));
-        Ok(Self { inner, policy, path, pad_token, pad_id })
+        Ok(Self {
+            inner,
+            policy,
+            path,
+            pad_token,
+            pad_id,
+        })
     }
 
     /// Reads a checkpoint's `tokenizer.json` with the policy of its `config.json`
@@ -311,9 +363,10 @@ impl Tokenizer {
     /// [`TextError::File`] when the checkpoint has no `tokenizer.json` or its `config.json`
     /// cannot be read; the errors of [`TextPolicy::from_config`] and [`Tokenizer::from_file`].
     pub fn from_checkpoint(ckpt: &bindscope_core::Checkpoint) -> Result<Self, TextError> {
-        let config = ckpt
-            .config_json()
-            .map_err(|e| TextError::File { path: ckpt.config.clone(), message: e.to_string() })?;
+        let config = ckpt.config_json().map_err(|e| TextError::File {
+            path: ckpt.config.clone(),
+            message: e.to_string(),
+        })?;
         let policy = TextPolicy::from_config(&config)?;
         let path = ckpt.tokenizer.clone().ok_or_else(|| TextError::File {
             path: ckpt.dir().join("tokenizer.json"),
@@ -352,15 +405,27 @@ impl Tokenizer {
     /// [`TextError::Encode`] naming the tokenizer file.
     pub fn encode_batch(&self, texts: &[&str]) -> Result<Encoded, TextError> {
         if texts.is_empty() {
-            return Ok(Encoded { input_ids: Vec::new(), attention_mask: Vec::new() });
+            return Ok(Encoded {
+                input_ids: Vec::new(),
+                attention_mask: Vec::new(),
+            });
         }
-        let encodings = self
-            .inner
-            .encode_batch(texts.to_vec(), true)
-            .map_err(|e| TextError::Encode { path: self.path.clone(), message: e.to_string() })?;
+        let encodings =
+            self.inner
+                .encode_batch(texts.to_vec(), true)
+                .map_err(|e| TextError::Encode {
+                    path: self.path.clone(),
+                    message: e.to_string(),
+                })?;
         let rows = |f: &dyn Fn(&tokenizers::Encoding) -> &[u32]| -> Vec<Vec<i64>> {
-            encodings.iter().map(|e| f(e).iter().map(|&x| x as i64).collect()).collect()
+            encodings
+                .iter()
+                .map(|e| f(e).iter().map(|&x| x as i64).collect())
+                .collect()
         };
-        Ok(Encoded { input_ids: rows(&|e| e.get_ids()), attention_mask: rows(&|e| e.get_attention_mask()) })
+        Ok(Encoded {
+            input_ids: rows(&|e| e.get_ids()),
+            attention_mask: rows(&|e| e.get_attention_mask()),
+        })
     }
 }

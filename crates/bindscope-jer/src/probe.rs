@@ -32,7 +32,14 @@ pub struct ProbeSpec {
 impl ProbeSpec {
     /// The paper's probe: N(0.45, 0.225²) per pixel, clipped to [0, 1], ImageNet normalization.
     pub fn paper(height: usize, width: usize) -> Self {
-        Self { height, width, pixel_mean: 0.45, pixel_std: 0.225, norm_mean: IMAGENET_MEAN, norm_std: IMAGENET_STD }
+        Self {
+            height,
+            width,
+            pixel_mean: 0.45,
+            pixel_std: 0.225,
+            norm_mean: IMAGENET_MEAN,
+            norm_std: IMAGENET_STD,
+        }
     }
 
     /// Input dimension `M = 3·H·W`.
@@ -76,13 +83,18 @@ pub fn probe_image(spec: &ProbeSpec, seed: u64, index: u64) -> Vec<f32> {
 
 /// A `rows × cols` standard Gaussian matrix, row-major.
 pub fn gaussian(rows: usize, cols: usize, rng: &mut ChaCha8Rng) -> Vec<f32> {
-    (0..rows * cols).map(|_| StandardNormal.sample(rng)).collect()
+    (0..rows * cols)
+        .map(|_| StandardNormal.sample(rng))
+        .collect()
 }
 
 /// A `rows × cols` matrix with orthonormal columns (thin Q of a Gaussian matrix, computed in
 /// f64 with faer), row-major f32. Requires `cols ≤ rows`.
 pub fn orthonormal(rows: usize, cols: usize, rng: &mut ChaCha8Rng) -> Vec<f32> {
-    assert!(cols <= rows, "orthonormal: {cols} columns need at least as many rows, got {rows}");
+    assert!(
+        cols <= rows,
+        "orthonormal: {cols} columns need at least as many rows, got {rows}"
+    );
     let g = faer::Mat::<f64>::from_fn(rows, cols, |_, _| StandardNormal.sample(rng));
     let q = g.qr().compute_thin_Q();
     let mut out = Vec::with_capacity(rows * cols);
@@ -108,7 +120,10 @@ mod tests {
         for (c, chunk) in a.chunks(64).enumerate() {
             for v in chunk {
                 let p = v * IMAGENET_STD[c] + IMAGENET_MEAN[c];
-                assert!((-1e-6..=1.0 + 1e-6).contains(&p), "pixel {p} outside [0, 1]");
+                assert!(
+                    (-1e-6..=1.0 + 1e-6).contains(&p),
+                    "pixel {p} outside [0, 1]"
+                );
             }
         }
     }
@@ -120,7 +135,9 @@ mod tests {
         let q = orthonormal(m, k, &mut r);
         for a in 0..k {
             for b in 0..k {
-                let dot: f64 = (0..m).map(|i| q[i * k + a] as f64 * q[i * k + b] as f64).sum();
+                let dot: f64 = (0..m)
+                    .map(|i| q[i * k + a] as f64 * q[i * k + b] as f64)
+                    .sum();
                 let want = if a == b { 1.0 } else { 0.0 };
                 assert!((dot - want).abs() < 1e-5, "Q^T Q [{a},{b}] = {dot}");
             }

@@ -21,7 +21,9 @@ impl std::str::FromStr for Estimator {
         match s {
             "output-sketch" => Ok(Self::OutputSketch),
             "input-sketch" => Ok(Self::InputSketch),
-            o => Err(format!("unknown estimator '{o}': expected output-sketch or input-sketch")),
+            o => Err(format!(
+                "unknown estimator '{o}': expected output-sketch or input-sketch"
+            )),
         }
     }
 }
@@ -39,7 +41,9 @@ impl std::fmt::Display for Estimator {
 #[derive(Debug, thiserror::Error)]
 pub enum JerError {
     /// `k` outside `2..=D` (or `> M` for the input sketch).
-    #[error("--directions {k} is invalid for output {output} of dimension {dim}: need 2 ≤ k ≤ {dim}")]
+    #[error(
+        "--directions {k} is invalid for output {output} of dimension {dim}: need 2 ≤ k ≤ {dim}"
+    )]
     Directions {
         /// Requested directions.
         k: usize,
@@ -104,7 +108,9 @@ pub fn batched_vjp(
         for (o, y) in outs.into_iter().enumerate() {
             let [yb, d] = y.dims();
             if yb != b {
-                return Err(JerError::Output(format!("output {o} has batch {yb}, expected {b}")));
+                return Err(JerError::Output(format!(
+                    "output {o} has batch {yb}, expected {b}"
+                )));
             }
             if !group.iter().any(|s| s.output == o) {
                 continue;
@@ -112,7 +118,10 @@ pub fn batched_vjp(
             let mut cot = vec![0f32; b * d];
             for (i, s) in group.iter().enumerate().filter(|(_, s)| s.output == o) {
                 if s.vector.len() != d {
-                    return Err(JerError::Output(format!("seed for output {o} has length {}, output has {d}", s.vector.len())));
+                    return Err(JerError::Output(format!(
+                        "seed for output {o} has length {}, output has {d}",
+                        s.vector.len()
+                    )));
                 }
                 cot[i * d..(i + 1) * d].copy_from_slice(&s.vector);
             }
@@ -123,7 +132,8 @@ pub fn batched_vjp(
                 None => term,
             });
         }
-        let loss = loss.ok_or_else(|| JerError::Output("no seed refers to an existing output".into()))?;
+        let loss =
+            loss.ok_or_else(|| JerError::Output("no seed refers to an existing output".into()))?;
         let grads = loss.backward();
         let g = xb
             .grad(&grads)
@@ -149,8 +159,12 @@ pub fn output_sketch(
 ) -> Result<Tensor<2>, JerError> {
     let [d, k] = g.dims();
     let g = host(g);
-    let seeds: Vec<Seed> =
-        (0..k).map(|j| Seed { output, vector: (0..d).map(|i| g[i * k + j]).collect() }).collect();
+    let seeds: Vec<Seed> = (0..k)
+        .map(|j| Seed {
+            output,
+            vector: (0..d).map(|i| g[i * k + j]).collect(),
+        })
+        .collect();
     batched_vjp(f, x, &seeds, chunk)
 }
 
@@ -203,12 +217,19 @@ pub struct OutputSpectrum {
 
 impl OutputSpectrum {
     fn from_sigma(sigma: Vec<f64>) -> Self {
-        Self { jer: spectrum::jer(&sigma), entropy_rank: spectrum::entropy_effective_rank(&sigma), sigma }
+        Self {
+            jer: spectrum::jer(&sigma),
+            entropy_rank: spectrum::entropy_effective_rank(&sigma),
+            sigma,
+        }
     }
 }
 
 fn host(t: Tensor<2>) -> Vec<f32> {
-    t.into_data().convert::<f32>().try_to_vec::<f32>().expect("f32 data")
+    t.into_data()
+        .convert::<f32>()
+        .try_to_vec::<f32>()
+        .expect("f32 data")
 }
 
 /// Computes the sketch spectra of every output of `f` at probe image `image`.
@@ -234,12 +255,17 @@ pub fn jer_at(
 ) -> Result<Vec<OutputSpectrum>, JerError> {
     for (o, &d) in dims.iter().enumerate() {
         if k < 2 || k > d || k > spec.dim() {
-            return Err(JerError::Directions { k, output: o, dim: d.min(spec.dim()) });
+            return Err(JerError::Directions {
+                k,
+                output: o,
+                dim: d.min(spec.dim()),
+            });
         }
     }
     let ad = device.clone().autodiff();
     let pixels = probe::probe_image(spec, seed, image);
-    let x = Tensor::<1>::from_floats(pixels.as_slice(), &ad).reshape([1, 3, spec.height, spec.width]);
+    let x =
+        Tensor::<1>::from_floats(pixels.as_slice(), &ad).reshape([1, 3, spec.height, spec.width]);
     let m = spec.dim();
     let inner = device.clone().without_autodiff();
     let mut out = Vec::with_capacity(dims.len());
@@ -247,11 +273,14 @@ pub fn jer_at(
         let mut r = probe::rng(seed, image, probe::Stream::Directions as u64 + o as u64);
         let (sketch, rows, cols) = match estimator {
             Estimator::OutputSketch => {
-                let g = Tensor::<1>::from_floats(probe::gaussian(d, k, &mut r).as_slice(), &inner).reshape([d, k]);
+                let g = Tensor::<1>::from_floats(probe::gaussian(d, k, &mut r).as_slice(), &inner)
+                    .reshape([d, k]);
                 (output_sketch(f, &x, o, g, chunk)?, k, m)
             }
             Estimator::InputSketch => {
-                let v = Tensor::<1>::from_floats(probe::orthonormal(m, k, &mut r).as_slice(), &inner).reshape([m, k]);
+                let v =
+                    Tensor::<1>::from_floats(probe::orthonormal(m, k, &mut r).as_slice(), &inner)
+                        .reshape([m, k]);
                 (input_sketch(f, &x, o, d, v, chunk)?, d, k)
             }
         };
@@ -259,7 +288,9 @@ pub fn jer_at(
         if s.iter().any(|v| !v.is_finite()) {
             return Err(JerError::NonFinite { image, output: o });
         }
-        out.push(OutputSpectrum::from_sigma(spectrum::singular_values(&s, rows, cols).map_err(JerError::Svd)?));
+        out.push(OutputSpectrum::from_sigma(
+            spectrum::singular_values(&s, rows, cols).map_err(JerError::Svd)?,
+        ));
     }
     Ok(out)
 }

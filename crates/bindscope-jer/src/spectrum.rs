@@ -6,11 +6,17 @@
 /// # Errors
 /// When the SVD does not converge (reported as a string by the caller).
 pub fn singular_values(data: &[f32], rows: usize, cols: usize) -> Result<Vec<f64>, String> {
-    assert_eq!(data.len(), rows * cols, "singular_values: {} values for a {rows}×{cols} matrix", data.len());
+    assert_eq!(
+        data.len(),
+        rows * cols,
+        "singular_values: {} values for a {rows}×{cols} matrix",
+        data.len()
+    );
     // A direct SVD in f64 (not an eigendecomposition of the f32 Gram matrix) keeps the small
     // singular values of the wide k×M sketches accurate.
     let m = faer::Mat::<f64>::from_fn(rows, cols, |i, j| data[i * cols + j] as f64);
-    m.singular_values().map_err(|e| format!("SVD did not converge: {e:?}"))
+    m.singular_values()
+        .map_err(|e| format!("SVD did not converge: {e:?}"))
 }
 
 /// JER = (Σσ)² / Σσ² — the participation ratio of the singular values (paper §4.1).
@@ -57,9 +63,15 @@ mod tests {
     fn svd_of_known_matrix() {
         // diag(3, 2) padded with a zero column: singular values 3, 2.
         let s = singular_values(&[3.0, 0.0, 0.0, 0.0, 2.0, 0.0], 2, 3).unwrap();
-        assert!((s[0] - 3.0).abs() < 1e-12 && (s[1] - 2.0).abs() < 1e-12, "{s:?}");
+        assert!(
+            (s[0] - 3.0).abs() < 1e-12 && (s[1] - 2.0).abs() < 1e-12,
+            "{s:?}"
+        );
         // Rotation invariance: [[1, 1], [1, -1]] has singular values √2, √2.
         let s = singular_values(&[1.0, 1.0, 1.0, -1.0], 2, 2).unwrap();
-        assert!((s[0] - 2f64.sqrt()).abs() < 1e-12 && (s[1] - 2f64.sqrt()).abs() < 1e-12, "{s:?}");
+        assert!(
+            (s[0] - 2f64.sqrt()).abs() < 1e-12 && (s[1] - 2f64.sqrt()).abs() < 1e-12,
+            "{s:?}"
+        );
     }
 }

@@ -36,11 +36,21 @@ pub fn summarize(values: &[f64]) -> Summary {
     };
     let sem = std / (n as f64).sqrt();
     let t = if n > 1 {
-        StudentsT::new(0.0, 1.0, (n - 1) as f64).map(|d| d.inverse_cdf(0.975)).unwrap_or(f64::NAN)
+        StudentsT::new(0.0, 1.0, (n - 1) as f64)
+            .map(|d| d.inverse_cdf(0.975))
+            .unwrap_or(f64::NAN)
     } else {
         f64::NAN
     };
-    Summary { n, mean, std, ci95_low: mean - t * sem, ci95_high: mean + t * sem, cv: std / mean, sem }
+    Summary {
+        n,
+        mean,
+        std,
+        ci95_low: mean - t * sem,
+        ci95_high: mean + t * sem,
+        cv: std / mean,
+        sem,
+    }
 }
 
 #[cfg(test)]

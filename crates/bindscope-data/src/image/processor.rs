@@ -18,7 +18,7 @@
 //! error. `do_convert_rgb` is read but has no effect: [`decode_file`](super::decode_file) always
 //! yields RGB (what `convert_to_rgb` gives, see [`Alpha`](super::Alpha) for transparency).
 
-use super::resample::{resize, Filter};
+use super::resample::{Filter, resize};
 use super::{ImageError, RgbImage};
 use burn::tensor::{Device, Tensor, TensorData};
 use serde_json::Value;
@@ -145,25 +145,38 @@ impl PixelBatch {
 }
 
 fn cfg_err(path: Option<&Path>, message: impl Into<String>) -> ImageError {
-    ImageError::Config { path: path.map(Path::to_path_buf), message: message.into() }
+    ImageError::Config {
+        path: path.map(Path::to_path_buf),
+        message: message.into(),
+    }
 }
 
 impl ImageProcessor {
     /// The class defaults (what `XImageProcessor()` gives with no arguments).
     pub fn defaults(kind: ProcessorKind) -> Self {
         let (size, resample, crop, mean, std) = match kind {
-            ProcessorKind::Clip | ProcessorKind::Bit => {
-                (ResizeTo::ShortestEdge(224), Filter::Bicubic, true, OPENAI_CLIP_MEAN, OPENAI_CLIP_STD)
-            }
+            ProcessorKind::Clip | ProcessorKind::Bit => (
+                ResizeTo::ShortestEdge(224),
+                Filter::Bicubic,
+                true,
+                OPENAI_CLIP_MEAN,
+                OPENAI_CLIP_STD,
+            ),
             ProcessorKind::Siglip => (
-                ResizeTo::Exact { height: 224, width: 224 },
+                ResizeTo::Exact {
+                    height: 224,
+                    width: 224,
+                },
                 Filter::Bicubic,
                 false,
                 IMAGENET_STANDARD,
                 IMAGENET_STANDARD,
             ),
             ProcessorKind::Vit => (
-                ResizeTo::Exact { height: 224, width: 224 },
+                ResizeTo::Exact {
+                    height: 224,
+                    width: 224,
+                },
                 Filter::Bilinear,
                 false,
                 IMAGENET_STANDARD,
@@ -193,11 +206,17 @@ impl ImageProcessor {
     /// of an unsupported class, or with a setting the class would reject.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self, ImageError> {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| ImageError::Io { path: path.to_path_buf(), source })?;
-        let v: Value = serde_json::from_str(&text).map_err(|e| cfg_err(Some(path), format!("invalid JSON: {e}")))?;
+        let text = std::fs::read_to_string(path).map_err(|source| ImageError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let v: Value = serde_json::from_str(&text)
+            .map_err(|e| cfg_err(Some(path), format!("invalid JSON: {e}")))?;
         Self::from_json(&v, None).map_err(|e| match e {
-            ImageError::Config { path: None, message } => cfg_err(Some(path), message),
+            ImageError::Config {
+                path: None,
+                message,
+            } => cfg_err(Some(path), message),
             e => e,
         })
     }
@@ -208,7 +227,9 @@ impl ImageProcessor {
     /// # Errors
     /// [`ImageError::Config`] as [`ImageProcessor::from_file`].
     pub fn from_json(v: &Value, kind: Option<ProcessorKind>) -> Result<Self, ImageError> {
-        let obj = v.as_object().ok_or_else(|| cfg_err(None, "preprocessor config is not a JSON object"))?;
+        let obj = v
+            .as_object()
+            .ok_or_else(|| cfg_err(None, "preprocessor config is not a JSON object"))?;
         let kind = match kind {
             Some(k) => k,
             None => {
@@ -216,7 +237,9 @@ impl ImageProcessor {
                     .get("image_processor_type")
                     .or_else(|| obj.get("feature_extractor_type"))
                     .and_then(Value::as_str)
-                    .ok_or_else(|| cfg_err(None, "no image_processor_type (or feature_extractor_type)"))?;
+                    .ok_or_else(|| {
+                        cfg_err(None, "no image_processor_type (or feature_extractor_type)")
+                    })?;
                 ProcessorKind::from_type_name(name)?
             }
         };
@@ -225,7 +248,10 @@ impl ImageProcessor {
             match obj.get(key) {
                 None | Some(Value::Null) => Ok(default),
                 Some(Value::Bool(b)) => Ok(*b),
-                Some(other) => Err(cfg_err(None, format!("{key} must be a boolean, got {other}"))),
+                Some(other) => Err(cfg_err(
+                    None,
+                    format!("{key} must be a boolean, got {other}"),
+                )),
             }
         };
         p.do_resize = flag("do_resize", p.do_resize)?;
@@ -237,11 +263,15 @@ impl ImageProcessor {
             p.do_center_crop = flag("do_center_crop", p.do_center_crop)?;
         }
         if let Some(r) = obj.get("resample").filter(|v| !v.is_null()) {
-            let code = r.as_i64().ok_or_else(|| cfg_err(None, format!("resample must be an integer, got {r}")))?;
+            let code = r
+                .as_i64()
+                .ok_or_else(|| cfg_err(None, format!("resample must be an integer, got {r}")))?;
             p.resample = Filter::from_pil(code)?;
         }
         if let Some(f) = obj.get("rescale_factor").filter(|v| !v.is_null()) {
-            p.rescale_factor = f.as_f64().ok_or_else(|| cfg_err(None, format!("rescale_factor must be a number, got {f}")))?;
+            p.rescale_factor = f.as_f64().ok_or_else(|| {
+                cfg_err(None, format!("rescale_factor must be a number, got {f}"))
+            })?;
         }
         if let Some(m) = obj.get("image_mean").filter(|v| !v.is_null()) {
             p.image_mean = triple(m, "image_mean")?;
@@ -256,13 +286,20 @@ impl ImageProcessor {
             if obj.get("use_square_size").and_then(Value::as_bool) == Some(true)
                 && let ResizeTo::ShortestEdge(e) = p.size
             {
-                p.size = ResizeTo::Exact { height: e, width: e };
+                p.size = ResizeTo::Exact {
+                    height: e,
+                    width: e,
+                };
             }
         }
-        if matches!(kind, ProcessorKind::Siglip | ProcessorKind::Vit) && matches!(p.size, ResizeTo::ShortestEdge(_)) {
+        if matches!(kind, ProcessorKind::Siglip | ProcessorKind::Vit)
+            && matches!(p.size, ResizeTo::ShortestEdge(_))
+        {
             return Err(cfg_err(
                 None,
-                format!("{kind:?} processor needs size {{height, width}}; shortest_edge is rejected by transformers"),
+                format!(
+                    "{kind:?} processor needs size {{height, width}}; shortest_edge is rejected by transformers"
+                ),
             ));
         }
         if crop_class && let Some(c) = obj.get("crop_size").filter(|v| !v.is_null()) {
@@ -287,16 +324,28 @@ impl ImageProcessor {
         match self.size {
             ResizeTo::Exact { height, width } => (height, width),
             ResizeTo::ShortestEdge(s) => {
-                let (short, long) = if width <= height { (width, height) } else { (height, width) };
+                let (short, long) = if width <= height {
+                    (width, height)
+                } else {
+                    (height, width)
+                };
                 let new_long = ((s as u64 * long as u64) as f64 / short as f64) as usize;
-                if width <= height { (new_long, s) } else { (s, new_long) }
+                if width <= height {
+                    (new_long, s)
+                } else {
+                    (s, new_long)
+                }
             }
         }
     }
 
     /// Output `(height, width)` for an input of `width x height`.
     pub fn output_size(&self, width: usize, height: usize) -> (usize, usize) {
-        if self.do_center_crop { self.crop_size } else { self.resized_size(width, height) }
+        if self.do_center_crop {
+            self.crop_size
+        } else {
+            self.resized_size(width, height)
+        }
     }
 
     /// Resize and center crop: the uint8 image the processor normalizes.
@@ -322,14 +371,22 @@ impl ImageProcessor {
         let mut data = vec![0f32; 3 * h * w];
         for (i, px) in img.data.chunks_exact(3).enumerate() {
             for c in 0..3 {
-                let mut x = if self.do_rescale { (px[c] as f64 * self.rescale_factor) as f32 } else { px[c] as f32 };
+                let mut x = if self.do_rescale {
+                    (px[c] as f64 * self.rescale_factor) as f32
+                } else {
+                    px[c] as f32
+                };
                 if self.do_normalize {
                     x = (x - self.image_mean[c]) / self.image_std[c];
                 }
                 data[c * h * w + i] = x;
             }
         }
-        PixelValues { height: h, width: w, data }
+        PixelValues {
+            height: h,
+            width: w,
+            data,
+        }
     }
 
     /// The full pipeline on one decoded image.
@@ -367,14 +424,21 @@ impl ImageProcessor {
             }
             data.extend_from_slice(&pv.data);
         }
-        Ok(PixelBatch { shape: [imgs.len(), 3, h0, w0], data })
+        Ok(PixelBatch {
+            shape: [imgs.len(), 3, h0, w0],
+            data,
+        })
     }
 
     /// `pixel_values` `[N, 3, H, W]` as a burn tensor on `device`.
     ///
     /// # Errors
     /// As [`ImageProcessor::preprocess_batch`].
-    pub fn pixel_values(&self, imgs: &[RgbImage], device: &Device) -> Result<Tensor<4>, ImageError> {
+    pub fn pixel_values(
+        &self,
+        imgs: &[RgbImage],
+        device: &Device,
+    ) -> Result<Tensor<4>, ImageError> {
         Ok(self.preprocess_batch(imgs)?.to_tensor(device))
     }
 
@@ -388,7 +452,10 @@ impl ImageProcessor {
         opts: &super::DecodeOptions,
         device: &Device,
     ) -> Result<Tensor<4>, ImageError> {
-        let imgs = paths.iter().map(|p| super::decode_file(p, opts)).collect::<Result<Vec<_>, _>>()?;
+        let imgs = paths
+            .iter()
+            .map(|p| super::decode_file(p, opts))
+            .collect::<Result<Vec<_>, _>>()?;
         self.pixel_values(&imgs, device)
     }
 }
@@ -397,13 +464,21 @@ fn triple(v: &Value, key: &str) -> Result<[f32; 3], ImageError> {
     if let Some(x) = v.as_f64() {
         return Ok([x as f32; 3]);
     }
-    let arr = v.as_array().ok_or_else(|| cfg_err(None, format!("{key} must be a number or a list of 3")))?;
+    let arr = v
+        .as_array()
+        .ok_or_else(|| cfg_err(None, format!("{key} must be a number or a list of 3")))?;
     if arr.len() != 3 {
-        return Err(cfg_err(None, format!("{key} must have 3 values (RGB), got {}", arr.len())));
+        return Err(cfg_err(
+            None,
+            format!("{key} must have 3 values (RGB), got {}", arr.len()),
+        ));
     }
     let mut out = [0f32; 3];
     for (o, x) in out.iter_mut().zip(arr) {
-        *o = x.as_f64().ok_or_else(|| cfg_err(None, format!("{key} has a non-number {x}")))? as f32;
+        *o = x
+            .as_f64()
+            .ok_or_else(|| cfg_err(None, format!("{key} has a non-number {x}")))?
+            as f32;
     }
     Ok(out)
 }
@@ -418,33 +493,52 @@ fn parse_size(v: &Value, square_int: bool, key: &str) -> Result<ResizeTo, ImageE
         x.as_u64()
             .filter(|&n| n > 0)
             .map(|n| n as usize)
-            .ok_or_else(|| cfg_err(None, format!("{key}.{what} must be a positive integer, got {x}")))
+            .ok_or_else(|| {
+                cfg_err(
+                    None,
+                    format!("{key}.{what} must be a positive integer, got {x}"),
+                )
+            })
     };
     match v {
         Value::Number(_) => {
             let n = positive(v, "value")?;
-            Ok(if square_int { ResizeTo::Exact { height: n, width: n } } else { ResizeTo::ShortestEdge(n) })
+            Ok(if square_int {
+                ResizeTo::Exact {
+                    height: n,
+                    width: n,
+                }
+            } else {
+                ResizeTo::ShortestEdge(n)
+            })
         }
-        Value::Array(a) if a.len() == 2 => {
-            Ok(ResizeTo::Exact { height: positive(&a[0], "0")?, width: positive(&a[1], "1")? })
-        }
+        Value::Array(a) if a.len() == 2 => Ok(ResizeTo::Exact {
+            height: positive(&a[0], "0")?,
+            width: positive(&a[1], "1")?,
+        }),
         Value::Object(o) => {
             let mut keys: Vec<&str> = o.keys().map(String::as_str).collect();
             keys.sort_unstable();
             match keys.as_slice() {
-                ["height", "width"] => {
-                    Ok(ResizeTo::Exact { height: positive(&o["height"], "height")?, width: positive(&o["width"], "width")? })
-                }
-                ["shortest_edge"] | ["longest_edge", "shortest_edge"] => {
-                    Ok(ResizeTo::ShortestEdge(positive(&o["shortest_edge"], "shortest_edge")?))
-                }
+                ["height", "width"] => Ok(ResizeTo::Exact {
+                    height: positive(&o["height"], "height")?,
+                    width: positive(&o["width"], "width")?,
+                }),
+                ["shortest_edge"] | ["longest_edge", "shortest_edge"] => Ok(
+                    ResizeTo::ShortestEdge(positive(&o["shortest_edge"], "shortest_edge")?),
+                ),
                 _ => Err(cfg_err(
                     None,
-                    format!("{key} must have the keys {{height, width}} or {{shortest_edge}}; got {v}"),
+                    format!(
+                        "{key} must have the keys {{height, width}} or {{shortest_edge}}; got {v}"
+                    ),
                 )),
             }
         }
-        _ => Err(cfg_err(None, format!("{key} must be an int, [height, width] or a dict; got {v}"))),
+        _ => Err(cfg_err(
+            None,
+            format!("{key} must be an int, [height, width] or a dict; got {v}"),
+        )),
     }
 }
 
@@ -474,5 +568,9 @@ pub fn center_crop(img: &RgbImage, crop_h: usize, crop_w: usize) -> RgbImage {
             data[d..d + 3].copy_from_slice(&img.data[s..s + 3]);
         }
     }
-    RgbImage { width: crop_w, height: crop_h, data }
+    RgbImage {
+        width: crop_w,
+        height: crop_h,
+        data,
+    }
 }

@@ -164,8 +164,12 @@ fn precompute(in_size: usize, out_size: usize, filter: Filter) -> Coeffs {
         let center = in0 as f64 + (xx as f64 + 0.5) * scale;
         // C casts truncate toward zero.
         let xmin = ((center - support + 0.5) as i64).max(0) as usize;
-        let xmax = ((center + support + 0.5) as i64).min(in_size as i64).max(xmin as i64) as usize;
-        let mut k: Vec<f64> = (xmin..xmax).map(|x| filter.weight((x as f64 - center + 0.5) * ss)).collect();
+        let xmax = ((center + support + 0.5) as i64)
+            .min(in_size as i64)
+            .max(xmin as i64) as usize;
+        let mut k: Vec<f64> = (xmin..xmax)
+            .map(|x| filter.weight((x as f64 - center + 0.5) * ss))
+            .collect();
         let ww: f64 = k.iter().sum();
         if ww != 0.0 {
             for w in &mut k {
@@ -176,7 +180,11 @@ fn precompute(in_size: usize, out_size: usize, filter: Filter) -> Coeffs {
             .iter()
             .map(|&w| {
                 let v = w * (1u32 << PRECISION_BITS) as f64;
-                if w < 0.0 { (-0.5 + v) as i32 } else { (0.5 + v) as i32 }
+                if w < 0.0 {
+                    (-0.5 + v) as i32
+                } else {
+                    (0.5 + v) as i32
+                }
             })
             .collect();
         start.push(xmin);
@@ -209,7 +217,11 @@ fn horizontal(img: &RgbImage, out_w: usize, filter: Filter) -> RgbImage {
             }
         }
     }
-    RgbImage { width: out_w, height: img.height, data }
+    RgbImage {
+        width: out_w,
+        height: img.height,
+        data,
+    }
 }
 
 fn vertical(img: &RgbImage, out_h: usize, filter: Filter) -> RgbImage {
@@ -229,7 +241,11 @@ fn vertical(img: &RgbImage, out_h: usize, filter: Filter) -> RgbImage {
             *d = clip8(a);
         }
     }
-    RgbImage { width: img.width, height: out_h, data }
+    RgbImage {
+        width: img.width,
+        height: out_h,
+        data,
+    }
 }
 
 /// Pillow's nearest-neighbour resize (`ImagingScaleAffine` via `ImagingTransform`).
@@ -239,7 +255,11 @@ fn nearest(img: &RgbImage, out_w: usize, out_h: usize) -> RgbImage {
         let mut pos = a * 0.5;
         (0..out_size)
             .map(|_| {
-                let i = if pos < 0.0 { 0 } else { (pos as usize).min(in_size - 1) };
+                let i = if pos < 0.0 {
+                    0
+                } else {
+                    (pos as usize).min(in_size - 1)
+                };
                 pos += a;
                 i
             })
@@ -254,7 +274,11 @@ fn nearest(img: &RgbImage, out_w: usize, out_h: usize) -> RgbImage {
             data.extend_from_slice(&src[x * 3..x * 3 + 3]);
         }
     }
-    RgbImage { width: out_w, height: out_h, data }
+    RgbImage {
+        width: out_w,
+        height: out_h,
+        data,
+    }
 }
 
 /// Resizes to `width x height` exactly as `PIL.Image.resize((width, height), filter)` does on an
@@ -262,11 +286,19 @@ fn nearest(img: &RgbImage, out_w: usize, out_h: usize) -> RgbImage {
 ///
 /// # Errors
 /// [`ImageError::Config`] if a target side is 0 or the image is empty.
-pub fn resize(img: &RgbImage, width: usize, height: usize, filter: Filter) -> Result<RgbImage, ImageError> {
+pub fn resize(
+    img: &RgbImage,
+    width: usize,
+    height: usize,
+    filter: Filter,
+) -> Result<RgbImage, ImageError> {
     if width == 0 || height == 0 || img.width == 0 || img.height == 0 {
         return Err(ImageError::Config {
             path: None,
-            message: format!("cannot resize {}x{} to {width}x{height}", img.width, img.height),
+            message: format!(
+                "cannot resize {}x{} to {width}x{height}",
+                img.width, img.height
+            ),
         });
     }
     if width == img.width && height == img.height {
@@ -279,10 +311,22 @@ pub fn resize(img: &RgbImage, width: usize, height: usize, filter: Filter) -> Re
     let vertical_first = (height as i64) < h0 && h0 - height as i64 > 2 * (w0 - width as i64);
     let out = if vertical_first {
         let v = vertical(img, height, filter);
-        if width != img.width { horizontal(&v, width, filter) } else { v }
+        if width != img.width {
+            horizontal(&v, width, filter)
+        } else {
+            v
+        }
     } else {
-        let h = if width != img.width { horizontal(img, width, filter) } else { img.clone() };
-        if height != img.height { vertical(&h, height, filter) } else { h }
+        let h = if width != img.width {
+            horizontal(img, width, filter)
+        } else {
+            img.clone()
+        };
+        if height != img.height {
+            vertical(&h, height, filter)
+        } else {
+            h
+        }
     };
     Ok(out)
 }
