@@ -4,10 +4,18 @@
 //! # Pipeline
 //! 1. [`decode_file`] turns any readable file into 8-bit RGB ([`RgbImage`], `[H, W, 3]` u8),
 //!    the array `np.array(ImageOps.exif_transpose(Image.open(f)).convert("RGB"))` gives:
-//!    - JPEG through a decoder written to match libjpeg-turbo (what Pillow links) exactly:
-//!      islow IDCT, fancy upsampling, libjpeg's YCbCr tables; CMYK / YCCK JPEGs through Pillow's
-//!      `CMYK → RGB` formula (see `image/jpeg.rs`). The `image` crate's JPEG decoder
-//!      (zune-jpeg) differs from libjpeg by up to 3 levels and is not used for JPEG.
+//!    - JPEG through libjpeg itself: the `mozjpeg` crate, whose decoder is libjpeg-turbo's (the
+//!      library Pillow links), built from C without SIMD (no `nasm` needed) and left at the
+//!      settings Pillow leaves: islow IDCT, fancy upsampling, the colour space libjpeg infers
+//!      from the JFIF / Adobe markers. CMYK / YCCK JPEGs come out as CMYK with the Adobe
+//!      inversion undone (Pillow's `CMYK;I`), then Pillow's `CMYK → RGB` formula. libjpeg's
+//!      warnings (corrupt entropy data) are ignored as Pillow ignores them; a truncated file is
+//!      an error, as in Pillow. Identical to Pillow on every valid JPEG tried; the one known
+//!      difference is libjpeg-turbo's own: where an IDCT output falls far outside 0..=255
+//!      (corrupt data, or crafted quantization tables with values in the tens of thousands) its
+//!      C code wraps and its x86 SIMD code, which Pillow's wheels use, saturates. The `image`
+//!      crate's JPEG decoder (zune-jpeg) differs from libjpeg by up to 3 levels and is not used
+//!      for JPEG (see `image/decode.rs`).
 //!    - PNG, TIFF, BMP, GIF, WebP through the `image` crate: grayscale replicated to RGB,
 //!      palettes expanded, 16-bit samples reduced to their high byte (Pillow does this for
 //!      16-bit RGB / RGBA / LA PNGs; for 16-bit grayscale Pillow's `I;16 → RGB` clips every

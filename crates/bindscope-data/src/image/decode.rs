@@ -137,6 +137,11 @@ impl BufRead for EofReader<'_> {
 /// `CMYK`). libjpeg warnings (corrupt entropy data and the like) are ignored as Pillow ignores
 /// them; running out of data and libjpeg's fatal errors are errors.
 ///
+/// Built without SIMD, libjpeg-turbo's C IDCT wraps outputs far outside 0..=255 (through its
+/// range-limit table) where its x86 SIMD kernels, which Pillow's wheels use, saturate: only
+/// corrupt entropy data or absurd quantization tables get there, and there the pixels differ
+/// from Pillow's.
+///
 /// The crate reports libjpeg's fatal errors by unwinding (`resume_unwind` from the C error
 /// handler, its documented mechanism), so the whole decode runs under `catch_unwind`.
 fn decode_jpeg(bytes: &[u8]) -> Result<JpegImage, JpegError> {
@@ -220,7 +225,8 @@ fn libjpeg_decode(bytes: &[u8], hit_eof: &Cell<bool>) -> Result<JpegImage, JpegE
             data.len()
         )));
     }
-    // Read on to EOI as Pillow does (a missing EOI after complete scan data is not an error).
+    // Read on to EOI as Pillow does; running out of data only here, after every scanline, is
+    // not an error (Pillow ignores the suspension there too).
     started.finish().map_err(io_err)?;
     let pixels = match ncomp {
         1 => JpegPixels::Gray(data),
