@@ -13,6 +13,7 @@ mod binding;
 mod common;
 mod correlate;
 mod embed;
+mod finetune;
 mod geometry;
 mod info;
 mod jer;
@@ -44,6 +45,8 @@ enum Command {
     Info(info::InfoArgs),
     /// Embed images or texts to .jsonl or .safetensors.
     Embed(embed::EmbedArgs),
+    /// Textual attribute–object binding finetuning: triplet data, LoRA, LiNeS, PEFT export.
+    Finetune(finetune::FinetuneArgs),
     /// Attribute Binding probe: shape–position binding over synthetic two-object scenes.
     Binding(binding::BindingArgs),
     /// Same/Different probe over synthetic two-object scenes.
@@ -66,6 +69,7 @@ fn main() {
             Command::Jer(a) => jer::run(a, &device, &cli.device),
             Command::Info(a) => info::run(a, &device, &cli.device),
             Command::Embed(a) => embed::run(a, &device),
+            Command::Finetune(a) => finetune::run(a, &device, &cli.device),
             Command::Binding(a) => binding::run_binding_cmd(a, &device, &cli.device),
             Command::Samediff(a) => binding::run_samediff_cmd(a, &device, &cli.device),
             Command::Geometry(a) => geometry::run(a, &device, &cli.device),
