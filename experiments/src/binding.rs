@@ -142,23 +142,21 @@ fn materialize_random(root: &Path, what: &str, seed: u64, device: &Device) -> Re
         "random-init: building {name} (model_type {mt}, seed {seed}) → {}",
         dir.display()
     );
-    device.seed(seed);
     match mt {
         "vit" => {
             let c: bindscope_models::vit::ViTConfig = serde_json::from_value(cfg.clone())?;
             let m = bindscope_models::vit::ViTModel::init_random(&c, device)?;
-            save_hf(&m, &weights)?;
+            save_hf(&bindscope_models::randomize(m, 0.02, seed), &weights)?;
         }
         "dinov2" => {
             let c: bindscope_models::dinov2::Dinov2Config = serde_json::from_value(cfg.clone())?;
             let m = bindscope_models::dinov2::Dinov2Model::init_random(&c, device)?;
-            save_hf(&m, &weights)?;
+            save_hf(&bindscope_models::randomize(m, 0.02, seed), &weights)?;
         }
         other => bail!("--random-init: model_type '{other}' is not supported (vit, dinov2)"),
     }
     let mut cfg = cfg;
-    cfg["bindscope_random_init"] =
-        json!({ "seed": seed, "init": "normal(0, 0.02), burn Device::seed", "source": what });
+    cfg["bindscope_random_init"] = json!({ "seed": seed, "init": "every weight matrix and embedding normal(0, 0.02) drawn in module order after Device::seed(seed) (bindscope_models::randomize); rank-1 parameters as the constructor sets them", "source": what });
     common::write_json(&tmp.join("config.json"), &cfg)?;
     std::fs::rename(&tmp, &dir)
         .with_context(|| format!("moving {} to {}", tmp.display(), dir.display()))?;

@@ -1,0 +1,304 @@
+//! End-to-end tests of the binding-study subcommands (`binding`, `samediff`, `geometry`,
+//! `probe-all`, `correlate`) on the tiny committed JER fixture (a 2-layer ViT, hidden 16):
+//! run directories and their files, resume, refusal to overwrite another configuration,
+//! random initialisation, and the correlation table over several rows.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!(
+        "bindscope-binding-cli-{}-{name}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Runs the binary in `cwd` (random-init checkpoints and default run directories go there).
+fn exec(cwd: &Path, args: &[&str]) -> (bool, String) {
+    let o = Command::new(env!("CARGO_BIN_EXE_experiments"))
+        .args(args)
+        .current_dir(cwd)
+        .env("HF_HUB_OFFLINE", "1")
+        .output()
+        .expect("runs");
+    (
+        o.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        ),
+    )
+}
+
+fn ok(cwd: &Path, args: &[&str]) -> String {
+    let (good, text) = exec(cwd, args);
+    assert!(good, "experiments {args:?} failed:\n{text}");
+    text
+}
+
+fn json(p: &Path) -> serde_json::Value {
+    serde_json::from_str(
+        &std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display())),
+    )
+    .unwrap()
+}
+
+/// Small sizes: 48-pixel scenes, 40 trials / pairs, 2 JER images at 16×16.
+const SMALL: &[&str] = &[
+    "--image-size",
+    "48",
+    "--trials",
+    "40",
+    "--pairs",
+    "40",
+    "--jer-images",
+    "2",
+    "--jer-size",
+    "16x16",
+    "--jer-directions",
+    "4",
+    "--jer-chunk",
+    "2",
+    "--knn-k",
+    "20",
+    "--pca-neighbours",
+    "20",
+    "--pca-components",
+    "8",
+];
+
+#[test]
+fn probe_all_writes_a_row_resumes_and_refuses_other_configs() {
+    let dir = scratch("probe");
+    let model = root().join("tests/fixtures/jer").display().to_string();
+    let scenes = dir.join("scenes");
+    let out = dir.join("run");
+    let (s, o) = (scenes.display().to_string(), out.display().to_string());
+    let mut args = vec![
+        "probe-all",
+        "--model",
+        &model,
+        "--label",
+        "tiny",
+        "--dump-images",
+        &s,
+        "--images",
+        &s,
+    ];
+    args.extend([
+        "--samples",
+        "60",
+        "--anchors",
+        "20",
+        "--k",
+        "8,16",
+        "--out",
+        &o,
+    ]);
+    args.extend(SMALL);
+    ok(&dir, &args);
+    assert_eq!(
+        std::fs::read_dir(&scenes).unwrap().count(),
+        324,
+        "every scene dumped as PNG"
+    );
+    for f in [
+        "config.json",
+        "row.json",
+        "scenes.jsonl",
+        "binding_trials.csv",
+        "samediff_pairs.csv",
+        "samediff_sweep.csv",
+        "geometry_embeddings.jsonl",
+        "eigenvalues.csv",
+        "jer/results.json",
+    ] {
+        assert!(out.join(f).is_file(), "missing {f}");
+    }
+    let row = json(&out.join("row.json"));
+    assert_eq!(row["label"], "tiny");
+    assert_eq!(row["embed_dim"], 16);
+    let m = &row["metrics"];
+    for k in [
+        "binding_cosine",
+        "binding_knn",
+        "binding_local_pca",
+        "same_diff",
+        "g_iso",
+        "l_iso_variance_k8",
+        "l_iso_pr_k16",
+        "l_iso_erank_k16",
+    ] {
+        let v = m[k]
+            .as_f64()
+            .unwrap_or_else(|| panic!("metric {k} missing: {m}"));
+        assert!((0.0..=1.0).contains(&v), "{k} = {v}");
+    }
+    assert!(
+        m["jer"].as_f64().unwrap() >= 1.0 && m["jer"].as_f64().unwrap() <= 4.0,
+        "JER of a k = 4 sketch lies in [1, 4]"
+    );
+    // 40 trials × 3 readouts + header.
+    assert_eq!(
+        std::fs::read_to_string(out.join("binding_trials.csv"))
+            .unwrap()
+            .lines()
+            .count(),
+        121
+    );
+    let scene_lines = std::fs::read_to_string(out.join("scenes.jsonl"))
+        .unwrap()
+        .lines()
+        .count();
+    assert_eq!(scene_lines, 324);
+
+    // Resume: the same command reuses the cached embeddings and reproduces the row.
+    ok(&dir, &args);
+    let again = json(&out.join("row.json"));
+    assert_eq!(again["metrics"], row["metrics"]);
+    assert_eq!(
+        std::fs::read_to_string(out.join("scenes.jsonl"))
+            .unwrap()
+            .lines()
+            .count(),
+        324
+    );
+
+    // Another configuration into the same directory is refused.
+    let mut other = args.clone();
+    let at = other.iter().position(|a| *a == "--trials").unwrap() + 1;
+    other[at] = "41";
+    let (good, text) = exec(&dir, &other);
+    assert!(!good && text.contains("another configuration"), "{text}");
+
+    // The standalone subcommands agree with probe-all on the same scenes.
+    let b = dir.join("binding").display().to_string();
+    ok(
+        &dir,
+        &[
+            "binding",
+            "--model",
+            &model,
+            "--image-size",
+            "48",
+            "--trials",
+            "40",
+            "--readouts",
+            "cosine",
+            "--out",
+            &b,
+        ],
+    );
+    let br = json(&dir.join("binding/results.json"));
+    assert_eq!(br["binding"][0]["accuracy"], m["binding_cosine"]);
+    let sd = dir.join("samediff").display().to_string();
+    ok(
+        &dir,
+        &[
+            "samediff",
+            "--model",
+            &model,
+            "--image-size",
+            "48",
+            "--pairs",
+            "40",
+            "--out",
+            &sd,
+        ],
+    );
+    assert_eq!(
+        json(&dir.join("samediff/results.json"))["samediff"]["accuracy"],
+        m["same_diff"]
+    );
+    let g = dir.join("geometry").display().to_string();
+    ok(
+        &dir,
+        &[
+            "geometry",
+            "--model",
+            &model,
+            "--images",
+            &s,
+            "--samples",
+            "60",
+            "--anchors",
+            "20",
+            "--k",
+            "8,16",
+            "--out",
+            &g,
+        ],
+    );
+    assert_eq!(
+        json(&dir.join("geometry/results.json"))["geometry"]["global"]["g_iso"],
+        m["g_iso"]
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn random_init_rows_and_correlation_table() {
+    let dir = scratch("correlate");
+    let cfg = root()
+        .join("tests/fixtures/jer/config.json")
+        .display()
+        .to_string();
+    for seed in ["1", "2", "3", "4", "5"] {
+        let out = format!("rows/r{seed}");
+        let mut args = vec![
+            "probe-all",
+            "--random-init",
+            &cfg,
+            "--init-seed",
+            seed,
+            "--label",
+            seed,
+            "--out",
+            &out,
+        ];
+        args.extend(SMALL);
+        ok(&dir, &args);
+        assert!(
+            dir.join(format!(
+                "runs/random-init/jer-random-seed{seed}/model.safetensors"
+            ))
+            .is_file()
+        );
+    }
+    let text = ok(&dir, &["correlate", "rows", "--out", "table"]);
+    assert!(text.contains("Table 2"), "{text}");
+    let t = dir.join("table");
+    for f in [
+        "table2.csv",
+        "rows.csv",
+        "correlate.json",
+        "scatter_jer.svg",
+        "scatter_same_diff.svg",
+    ] {
+        assert!(t.join(f).is_file(), "missing {f}");
+    }
+    let c = json(&t.join("correlate.json"));
+    assert_eq!(c["rows"].as_array().unwrap().len(), 5);
+    let jer = c["correlations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["metric"] == "jer")
+        .expect("jer row");
+    assert_eq!(jer["pearson"]["n"], 5);
+    assert_eq!(jer["jackknife"]["subsets"], 5);
+    assert_eq!(c["ols"]["n"], 5);
+    assert_eq!(c["ols"]["loo_predictions"].as_array().unwrap().len(), 5);
+    let _ = std::fs::remove_dir_all(&dir);
+}
