@@ -14,6 +14,7 @@ mod common;
 mod correlate;
 mod embed;
 mod finetune;
+mod foveated;
 mod geometry;
 mod info;
 mod jer;
@@ -47,6 +48,8 @@ enum Command {
     Embed(embed::EmbedArgs),
     /// Textual attribute–object binding finetuning: triplet data, LoRA, LiNeS, PEFT export.
     Finetune(finetune::FinetuneArgs),
+    /// Foveated probes: CSB / CSD scenes and GQA colour pairs, readouts over frozen patch tokens.
+    Foveated(foveated::FoveatedArgs),
     /// Attribute Binding probe: shape–position binding over synthetic two-object scenes.
     Binding(binding::BindingArgs),
     /// Same/Different probe over synthetic two-object scenes.
@@ -70,6 +73,7 @@ fn main() {
             Command::Info(a) => info::run(a, &device, &cli.device),
             Command::Embed(a) => embed::run(a, &device),
             Command::Finetune(a) => finetune::run(a, &device, &cli.device),
+            Command::Foveated(a) => foveated::run(a, &device, &cli.device),
             Command::Binding(a) => binding::run_binding_cmd(a, &device, &cli.device),
             Command::Samediff(a) => binding::run_samediff_cmd(a, &device, &cli.device),
             Command::Geometry(a) => geometry::run(a, &device, &cli.device),
