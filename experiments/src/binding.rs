@@ -268,31 +268,6 @@ struct SceneLine {
     embedding: Vec<f32>,
 }
 
-/// Reads a JSON-lines log, dropping (and truncating away) a final line cut off by an
-/// interruption.
-pub fn read_jsonl<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Vec<T>> {
-    if !path.exists() {
-        return Ok(Vec::new());
-    }
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let complete = match text.rfind('\n') {
-        Some(i) => &text[..=i],
-        None => "",
-    };
-    if complete.len() != text.len() {
-        bindscope_core::fsutil::write_atomic(path, complete.as_bytes())?;
-    }
-    complete
-        .lines()
-        .enumerate()
-        .map(|(n, l)| {
-            serde_json::from_str(l)
-                .with_context(|| format!("{}:{}: bad line", path.display(), n + 1))
-        })
-        .collect()
-}
-
 /// Embeddings of all 324 scenes (row = scene id), computed once and cached in `cache`
 /// (resumable).
 pub fn scene_bank(
@@ -304,7 +279,7 @@ pub fn scene_bank(
 ) -> Result<Vec<Vec<f32>>> {
     let spec = opts.render_spec();
     let mut have: BTreeMap<usize, Vec<f32>> = BTreeMap::new();
-    for l in read_jsonl::<SceneLine>(cache)? {
+    for l in common::read_jsonl::<SceneLine>(cache, "scene-embedding")? {
         have.insert(l.scene, l.embedding);
     }
     let todo: Vec<usize> = (0..NUM_SCENES).filter(|i| !have.contains_key(i)).collect();

@@ -130,3 +130,29 @@ pub fn progress(len: u64, what: &str) -> indicatif::ProgressBar {
 pub fn runs_root(study: &str) -> PathBuf {
     PathBuf::from("runs").join(study)
 }
+
+/// Reads a JSON-lines resume log of `what` records. A final line cut off by an interruption (no
+/// trailing newline) is dropped and the file truncated to its last complete line; any other bad
+/// line is an error naming the file and line. A missing file is an empty log.
+pub fn read_jsonl<T: serde::de::DeserializeOwned>(path: &Path, what: &str) -> Result<Vec<T>> {
+    if !path.exists() {
+        return Ok(Vec::new());
+    }
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let complete = match text.rfind('\n') {
+        Some(i) => &text[..=i],
+        None => "",
+    };
+    if complete.len() != text.len() {
+        bindscope_core::fsutil::write_atomic(path, complete.as_bytes())?;
+    }
+    complete
+        .lines()
+        .enumerate()
+        .map(|(n, l)| {
+            serde_json::from_str(l)
+                .with_context(|| format!("{}:{}: not a {what} record", path.display(), n + 1))
+        })
+        .collect()
+}

@@ -400,7 +400,7 @@ pub fn run(args: FoveatedArgs, device: &Device, device_spec: &str) -> Result<()>
     // Probes.
     let log = dir.join("probes.jsonl");
     let mut done: BTreeMap<(String, String, u64), ProbeRecord> = BTreeMap::new();
-    for r in read_log(&log)? {
+    for r in common::read_jsonl::<ProbeRecord>(&log, "probe")? {
         done.insert((r.readout.clone(), r.probe.clone(), r.seed), r);
     }
     let classes = generator.num_classes();
@@ -729,31 +729,6 @@ fn choose_run_dir(
     Ok(dir)
 }
 
-/// Reads the resume log; a last line cut off by an interruption is dropped (and the file
-/// truncated to its last complete line).
-fn read_log(path: &Path) -> Result<Vec<ProbeRecord>> {
-    if !path.exists() {
-        return Ok(Vec::new());
-    }
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let complete = match text.rfind('\n') {
-        Some(i) => &text[..=i],
-        None => "",
-    };
-    if complete.len() != text.len() {
-        bindscope_core::fsutil::write_atomic(path, complete.as_bytes())?;
-    }
-    complete
-        .lines()
-        .enumerate()
-        .map(|(n, l)| {
-            serde_json::from_str(l)
-                .with_context(|| format!("{}:{}: not a probe record", path.display(), n + 1))
-        })
-        .collect()
-}
-
 #[allow(clippy::too_many_arguments)]
 fn save_attention(
     dir: &Path,
@@ -1067,26 +1042,13 @@ fn write_reports(
     Ok(())
 }
 
-const COLORS: [RGBColor; 4] = [
-    RGBColor(31, 119, 180),
-    RGBColor(255, 127, 14),
-    RGBColor(44, 160, 44),
-    RGBColor(214, 39, 40),
-];
+use crate::plot::COLORS;
 
 fn svg(
     path: &Path,
     draw: impl FnOnce(&DrawingArea<SVGBackend, plotters::coord::Shift>) -> Result<()>,
 ) -> Result<()> {
-    let mut s = String::new();
-    {
-        let root = SVGBackend::with_string(&mut s, (760, 420)).into_drawing_area();
-        root.fill(&WHITE).map_err(|e| anyhow!("{e:?}"))?;
-        draw(&root)?;
-        root.present().map_err(|e| anyhow!("{e:?}"))?;
-    }
-    bindscope_core::fsutil::write_atomic(path, s.as_bytes())?;
-    Ok(())
+    crate::plot::render_sized(path, (760, 420), draw)
 }
 
 /// One bar per (readout, probe); an optional dashed reference line (chance / NSR = 1).

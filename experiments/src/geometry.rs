@@ -170,7 +170,7 @@ pub fn compute(
     }
     let cache = dir.join("geometry_embeddings.jsonl");
     let mut have: BTreeMap<String, Vec<f32>> = BTreeMap::new();
-    for l in binding::read_jsonl::<EmbLine>(&cache)? {
+    for l in common::read_jsonl::<EmbLine>(&cache, "embedding")? {
         have.insert(l.file, l.embedding);
     }
     let key = |p: &PathBuf| p.display().to_string();

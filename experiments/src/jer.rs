@@ -303,7 +303,7 @@ fn run_model(
     // Resume: what is already in the log.
     let log = dir.join("per_image.jsonl");
     let mut done: BTreeMap<(u64, u64), ImageRecord> = BTreeMap::new();
-    for r in read_log(&log)? {
+    for r in common::read_jsonl::<ImageRecord>(&log, "per-image")? {
         done.insert((r.seed, r.image), r);
     }
     let total = (seeds.len() * args.images) as u64;
@@ -456,31 +456,6 @@ fn describe_difference(old: &serde_json::Value, new: &serde_json::Value) -> Stri
         })
         .collect();
     diffs.join("; ")
-}
-
-/// Reads the resume log. A final line cut off by an interruption (no trailing newline) is
-/// dropped and the file truncated to the last complete line; any other bad line is an error.
-fn read_log(path: &Path) -> Result<Vec<ImageRecord>> {
-    if !path.exists() {
-        return Ok(Vec::new());
-    }
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let complete = match text.rfind('\n') {
-        Some(i) => &text[..=i],
-        None => "",
-    };
-    if complete.len() != text.len() {
-        bindscope_core::fsutil::write_atomic(path, complete.as_bytes())?;
-    }
-    complete
-        .lines()
-        .enumerate()
-        .map(|(n, line)| {
-            serde_json::from_str(line)
-                .with_context(|| format!("{}:{}: not a per-image record", path.display(), n + 1))
-        })
-        .collect()
 }
 
 fn write_reports(

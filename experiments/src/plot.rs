@@ -5,7 +5,8 @@ use bindscope_jer::Summary;
 use plotters::prelude::*;
 use std::path::Path;
 
-const COLORS: [RGBColor; 8] = [
+/// The tab10 palette's first eight colours, shared by every plot.
+pub(crate) const COLORS: [RGBColor; 8] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
@@ -20,9 +21,18 @@ fn render(
     path: &Path,
     draw: impl FnOnce(&DrawingArea<SVGBackend, plotters::coord::Shift>) -> Result<()>,
 ) -> Result<()> {
+    render_sized(path, (720, 480), draw)
+}
+
+/// Draws an SVG of `size` pixels with `draw` on a white canvas and writes it atomically.
+pub(crate) fn render_sized(
+    path: &Path,
+    size: (u32, u32),
+    draw: impl FnOnce(&DrawingArea<SVGBackend, plotters::coord::Shift>) -> Result<()>,
+) -> Result<()> {
     let mut svg = String::new();
     {
-        let root = SVGBackend::with_string(&mut svg, (720, 480)).into_drawing_area();
+        let root = SVGBackend::with_string(&mut svg, size).into_drawing_area();
         root.fill(&WHITE).map_err(|e| anyhow!("{e:?}"))?;
         draw(&root)?;
         root.present().map_err(|e| anyhow!("{e:?}"))?;
