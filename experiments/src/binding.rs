@@ -341,67 +341,6 @@ pub fn dump_scenes(dir: &Path, spec: &RenderSpec) -> Result<()> {
 // Run directories
 // ---------------------------------------------------------------------------------------------
 
-/// `--out` if given (empty, or holding a run with this identity), else the newest
-/// `runs/<study>/<slug>-*` with this identity, else a new timestamped directory.
-pub fn run_dir(
-    study: &str,
-    out: Option<PathBuf>,
-    spec: &str,
-    identity: &serde_json::Value,
-    fresh: bool,
-) -> Result<PathBuf> {
-    let matches = |dir: &Path| -> Result<Option<bool>> {
-        let cfg = dir.join("config.json");
-        if !cfg.exists() {
-            return Ok(None);
-        }
-        Ok(Some(
-            common::read_json(&cfg)?.get("identity") == Some(identity),
-        ))
-    };
-    if let Some(dir) = out {
-        match matches(&dir)? {
-            Some(true) => return Ok(dir),
-            Some(false) => bail!(
-                "{} holds a run with another configuration; nothing was overwritten: choose another --out or remove it",
-                dir.display()
-            ),
-            None => {
-                if dir.exists() && std::fs::read_dir(&dir)?.next().is_some() {
-                    bail!(
-                        "{} exists, is not empty and holds no run config.json; nothing was overwritten",
-                        dir.display()
-                    );
-                }
-                std::fs::create_dir_all(&dir)
-                    .with_context(|| format!("creating {}", dir.display()))?;
-                return Ok(dir);
-            }
-        }
-    }
-    let root = common::runs_root(study);
-    let prefix = format!("{}-", common::slug(spec));
-    if !fresh && root.is_dir() {
-        let mut cands: Vec<PathBuf> = std::fs::read_dir(&root)?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| {
-                p.is_dir()
-                    && p.file_name()
-                        .is_some_and(|n| n.to_string_lossy().starts_with(&prefix))
-            })
-            .collect();
-        cands.sort();
-        for c in cands.into_iter().rev() {
-            if matches(&c)? == Some(true) {
-                return Ok(c);
-            }
-        }
-    }
-    let dir = root.join(format!("{prefix}{}", common::timestamp()));
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    Ok(dir)
-}
-
 /// Writes `config.json` (identity + provenance) unless the directory already has one.
 pub fn write_config(
     dir: &Path,
@@ -680,7 +619,13 @@ pub fn run_binding_cmd(args: BindingArgs, device: &Device, device_spec: &str) ->
     identity["trials"] = json!(args.trials);
     identity["seed"] = json!(args.seed);
     identity["readouts"] = json!(readouts);
-    let dir = run_dir("binding", args.out.clone(), &spec, &identity, args.fresh)?;
+    let dir = common::run_dir(
+        "binding",
+        &common::slug(&spec),
+        args.out.clone(),
+        &identity,
+        args.fresh,
+    )?;
     write_config(&dir, "binding", &identity, json!({}), device, device_spec)?;
     eprintln!("binding: {spec} → {}", dir.display());
     let (rows, info) = load_and_embed(&spec, &args.source, &args.scenes, &dir, device)?;
@@ -718,7 +663,13 @@ pub fn run_samediff_cmd(args: SameDiffArgs, device: &Device, device_spec: &str) 
     let mut identity = bank_identity(&spec, &sha, &args.source, &args.scenes);
     identity["pairs"] = json!(args.pairs);
     identity["seed"] = json!(args.seed);
-    let dir = run_dir("samediff", args.out.clone(), &spec, &identity, args.fresh)?;
+    let dir = common::run_dir(
+        "samediff",
+        &common::slug(&spec),
+        args.out.clone(),
+        &identity,
+        args.fresh,
+    )?;
     write_config(&dir, "samediff", &identity, json!({}), device, device_spec)?;
     eprintln!("samediff: {spec} → {}", dir.display());
     let (rows, info) = load_and_embed(&spec, &args.source, &args.scenes, &dir, device)?;

@@ -1,6 +1,6 @@
 //! Shared plumbing of the subcommands: loading models, run directories, provenance.
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use bindscope_core::{Checkpoint, LoadOptions};
 use burn::tensor::Device;
 use std::path::{Path, PathBuf};
@@ -155,4 +155,64 @@ pub fn read_jsonl<T: serde::de::DeserializeOwned>(path: &Path, what: &str) -> Re
                 .with_context(|| format!("{}:{}: not a {what} record", path.display(), n + 1))
         })
         .collect()
+}
+
+/// `--out` if given (empty, or holding a run with this identity), else the newest
+/// `runs/<study>/<name>-*` with this identity, else a new timestamped directory.
+pub fn run_dir(
+    study: &str,
+    name: &str,
+    out: Option<PathBuf>,
+    identity: &serde_json::Value,
+    fresh: bool,
+) -> Result<PathBuf> {
+    let matches = |dir: &Path| -> Result<Option<bool>> {
+        let cfg = dir.join("config.json");
+        if !cfg.exists() {
+            return Ok(None);
+        }
+        Ok(Some(read_json(&cfg)?.get("identity") == Some(identity)))
+    };
+    if let Some(dir) = out {
+        match matches(&dir)? {
+            Some(true) => return Ok(dir),
+            Some(false) => bail!(
+                "{} holds a run with another configuration; nothing was overwritten: choose another --out or remove it",
+                dir.display()
+            ),
+            None => {
+                if dir.exists() && std::fs::read_dir(&dir)?.next().is_some() {
+                    bail!(
+                        "{} exists, is not empty and holds no run config.json; nothing was overwritten",
+                        dir.display()
+                    );
+                }
+                std::fs::create_dir_all(&dir)
+                    .with_context(|| format!("creating {}", dir.display()))?;
+                return Ok(dir);
+            }
+        }
+    }
+    let root = runs_root(study);
+    let prefix = format!("{name}-");
+    if !fresh && root.is_dir() {
+        let mut cands: Vec<PathBuf> = std::fs::read_dir(&root)?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| {
+                p.is_dir()
+                    && p.file_name()
+                        .is_some_and(|n| n.to_string_lossy().starts_with(&prefix))
+            })
+            .collect();
+        cands.sort();
+        for c in cands.into_iter().rev() {
+            if matches(&c)? == Some(true) {
+                eprintln!("resuming {}", c.display());
+                return Ok(c);
+            }
+        }
+    }
+    let dir = root.join(format!("{prefix}{}", timestamp()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    Ok(dir)
 }

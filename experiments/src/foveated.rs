@@ -276,12 +276,11 @@ pub fn run(args: FoveatedArgs, device: &Device, device_spec: &str) -> Result<()>
                     "selection": "best validation top-1", "mlp": "Linear(D→128)-GELU-Linear(128→C)",
                     "fovea": "q ~ N(0, 0.02²), softmax(q·x_i), no temperature" },
     });
-    let stamp = common::timestamp();
-    let dir = choose_run_dir(
-        args.out.clone(),
+    let dir = common::run_dir(
+        "foveated",
         &format!("{}-{}", task.name(), common::slug(&spec)),
+        args.out.clone(),
         &identity,
-        &stamp,
         args.fresh,
     )?;
     if !dir.join("config.json").exists() {
@@ -292,7 +291,7 @@ pub fn run(args: FoveatedArgs, device: &Device, device_spec: &str) -> Result<()>
             "feature_cache": cache_dir.display().to_string(),
             "checkpoint_files": ckpt.weights.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
             "crate_versions": common::crate_versions(), "git_commit": common::git_commit(),
-            "device": common::device_json(device_spec, device), "created": stamp,
+            "device": common::device_json(device_spec, device), "created": common::timestamp(),
         });
         common::write_json(&dir.join("config.json"), &config)?;
     }
@@ -665,68 +664,6 @@ fn default_side(p: &ImageProcessor) -> Result<usize> {
 fn short_hash(v: &serde_json::Value) -> String {
     let digest = sha2::Sha256::digest(v.to_string().as_bytes());
     digest.iter().take(6).map(|b| format!("{b:02x}")).collect()
-}
-
-/// Picks the run directory: `--out` (empty or holding this identity), else the newest
-/// `runs/foveated/<prefix>-*` with this identity, else a new one.
-fn choose_run_dir(
-    out: Option<PathBuf>,
-    prefix: &str,
-    identity: &serde_json::Value,
-    stamp: &str,
-    fresh: bool,
-) -> Result<PathBuf> {
-    let matches = |dir: &Path| -> Result<Option<bool>> {
-        let cfg = dir.join("config.json");
-        if !cfg.exists() {
-            return Ok(None);
-        }
-        Ok(Some(
-            common::read_json(&cfg)?.get("identity") == Some(identity),
-        ))
-    };
-    if let Some(dir) = out {
-        return match matches(&dir)? {
-            Some(true) => Ok(dir),
-            Some(false) => bail!(
-                "{} holds a run with another configuration; nothing was overwritten: choose another --out or remove it",
-                dir.display()
-            ),
-            None => {
-                if dir.exists() && std::fs::read_dir(&dir)?.next().is_some() {
-                    bail!(
-                        "{} exists, is not empty and holds no run config.json; nothing was overwritten",
-                        dir.display()
-                    );
-                }
-                std::fs::create_dir_all(&dir)
-                    .with_context(|| format!("creating {}", dir.display()))?;
-                Ok(dir)
-            }
-        };
-    }
-    let root = common::runs_root("foveated");
-    let prefix = format!("{prefix}-");
-    if !fresh && root.is_dir() {
-        let mut candidates: Vec<PathBuf> = std::fs::read_dir(&root)?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| {
-                p.is_dir()
-                    && p.file_name()
-                        .is_some_and(|n| n.to_string_lossy().starts_with(&prefix))
-            })
-            .collect();
-        candidates.sort();
-        for c in candidates.into_iter().rev() {
-            if matches(&c)? == Some(true) {
-                eprintln!("resuming {}", c.display());
-                return Ok(c);
-            }
-        }
-    }
-    let dir = root.join(format!("{prefix}{stamp}"));
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    Ok(dir)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -1309,12 +1246,11 @@ fn run_gqa(args: FoveatedArgs, device: &Device, device_spec: &str) -> Result<()>
                     "mlp": "Linear(d→512)-ReLU-Dropout-Linear(512→10), dropout chosen on validation from {0.1,0.2,0.3,0.5}",
                     "text_fovea": "LN(t)ᵀ W_q LN(x_i) / T, log T init log √d_patch, W_q ~ N(0, 0.02²)" },
     });
-    let stamp = common::timestamp();
-    let dir = choose_run_dir(
-        args.out.clone(),
+    let dir = common::run_dir(
+        "foveated",
         &format!("gqa-{}", common::slug(&spec)),
+        args.out.clone(),
         &identity,
-        &stamp,
         args.fresh,
     )?;
     if !dir.join("config.json").exists() {
@@ -1324,7 +1260,7 @@ fn run_gqa(args: FoveatedArgs, device: &Device, device_spec: &str) -> Result<()>
                 "identity": identity, "readouts": readouts, "probes": args.probes, "seeds": args.seeds,
                 "gqa_dir": gdir.display().to_string(), "build_report": pairs.report, "model_info": info, "grid": grid,
                 "feature_cache": cache_dir.display().to_string(), "crate_versions": common::crate_versions(),
-                "git_commit": common::git_commit(), "device": common::device_json(device_spec, device), "created": stamp,
+                "git_commit": common::git_commit(), "device": common::device_json(device_spec, device), "created": common::timestamp(),
             }),
         )?;
     }

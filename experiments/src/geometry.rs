@@ -262,7 +262,13 @@ pub fn run(args: GeometryArgs, device: &Device, device_spec: &str) -> Result<()>
         "output": args.output,
         "geometry": geometry_identity(&args.images, &files, &args.geometry),
     });
-    let dir = binding::run_dir("geometry", args.out.clone(), &spec, &identity, args.fresh)?;
+    let dir = common::run_dir(
+        "geometry",
+        &common::slug(&spec),
+        args.out.clone(),
+        &identity,
+        args.fresh,
+    )?;
     binding::write_config(
         &dir,
         "geometry",

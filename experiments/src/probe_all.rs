@@ -122,7 +122,13 @@ pub fn run(args: ProbeAllArgs, device: &Device, device_spec: &str) -> Result<()>
         json!({ "images": args.jer_images, "size": args.jer_size, "directions": args.jer_directions, "seed": args.jer_seed })
     };
     identity["geometry"] = geo.as_ref().map_or(json!(null), |g| g.0.clone());
-    let dir = binding::run_dir("probe-all", args.out.clone(), &spec, &identity, args.fresh)?;
+    let dir = common::run_dir(
+        "probe-all",
+        &common::slug(&spec),
+        args.out.clone(),
+        &identity,
+        args.fresh,
+    )?;
     binding::write_config(
         &dir,
         "probe-all",
