@@ -609,6 +609,9 @@ fn load_and_embed(
 
 pub fn run_binding_cmd(args: BindingArgs, device: &Device, device_spec: &str) -> Result<()> {
     args.scenes.check()?;
+    if args.trials == 0 {
+        bail!("--trials must be at least 1");
+    }
     let readouts = args.readout.readouts()?;
     let spec = args.source.spec(device)?;
     let sha = common::resolve(&spec)?.weights_sha256()?;

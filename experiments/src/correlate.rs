@@ -106,6 +106,12 @@ pub fn run(args: CorrelateArgs) -> Result<()> {
         .iter()
         .map(|p| {
             let value = common::read_json(p)?;
+            if !value["metrics"].is_object() {
+                bail!(
+                    "{}: not a probe-all row (expected a \"metrics\" object)",
+                    p.display()
+                );
+            }
             let label = value["label"]
                 .as_str()
                 .map(str::to_string)
@@ -121,6 +127,13 @@ pub fn run(args: CorrelateArgs) -> Result<()> {
         .iter()
         .filter(|r| r.get(&args.target).is_some())
         .collect();
+    for r in rows.iter().filter(|r| r.get(&args.target).is_none()) {
+        eprintln!(
+            "correlate: {} has no '{}': left out of the correlations",
+            r.path.display(),
+            args.target
+        );
+    }
     if with_target.len() < 3 {
         eprintln!(
             "correlate: only {} row(s) with '{}': p-values need n ≥ 3 (partial correlations n ≥ {}, OLS with LOO n ≥ {})",

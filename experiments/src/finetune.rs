@@ -318,6 +318,12 @@ fn read_splits(dir: &Path) -> Result<Splits> {
 }
 
 fn run_train(a: &TrainArgs, device: &Device, device_spec: &str) -> Result<()> {
+    if a.rank == 0 || a.batch_size == 0 || a.epochs == 0 {
+        bail!("--rank, --batch-size and --epochs must be at least 1");
+    }
+    if !(a.lora_alpha.is_finite() && a.lora_alpha > 0.0 && a.lr.is_finite() && a.lr > 0.0) {
+        bail!("--lora-alpha and --lr must be positive numbers");
+    }
     let ckpt = common::resolve(&a.model)?;
     let out = a.out.clone().unwrap_or_else(|| {
         common::runs_root("finetune").join(format!(
@@ -434,6 +440,11 @@ fn train_tower<M: TunableText>(
     let mut train_t = triplets(&splits.train);
     if a.max_train_triplets > 0 {
         train_t.truncate(a.max_train_triplets);
+    }
+    if train_t.is_empty() {
+        bail!(
+            "the train split is empty: nothing to train on (check the data report of `finetune data`)"
+        );
     }
     let sets: Vec<(&str, Vec<Triplet>)> = vec![
         ("test", triplets(&splits.test)),

@@ -174,6 +174,9 @@ struct ProbeRecord {
 const READOUTS: [&str; 4] = ["gap", "summary", "oracle", "fovea"];
 
 pub fn run(args: FoveatedArgs, device: &Device, device_spec: &str) -> Result<()> {
+    if args.size == Some(0) || args.supersample == 0 {
+        bail!("--size and --supersample must be at least 1");
+    }
     let task = match args.task {
         TaskArg::Csb => Task::Csb,
         TaskArg::Csd => Task::Csd,

@@ -92,6 +92,9 @@ pub fn run(args: ProbeAllArgs, device: &Device, device_spec: &str) -> Result<()>
     if args.pairs < 2 {
         bail!("--pairs must be at least 2");
     }
+    if args.trials == 0 {
+        bail!("--trials must be at least 1");
+    }
     let readouts = args.readout.readouts()?;
     let spec = args.source.spec(device)?;
     let ckpt = common::resolve(&spec)?;

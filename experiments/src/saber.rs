@@ -143,6 +143,9 @@ fn run_generate(a: GenerateArgs) -> Result<()> {
     let vocab = Vocabulary::builtin();
     let t0 = Instant::now();
     let items = generate(&vocab, &cfg)?;
+    if items.is_empty() {
+        bail!("--independent and --chains are both 0: no item to generate");
+    }
     let rows = prompts(&items, cfg.seed);
     write_items(&out.join("saber.jsonl"), &items)?;
     write_prompts(&out.join("prompts.jsonl"), &rows)?;

@@ -294,3 +294,88 @@ fn embed_images_to_jsonl_and_safetensors() {
     );
     assert!(!bad.exists(), "no partial output");
 }
+
+#[test]
+fn degenerate_sizes_are_errors_not_empty_results() {
+    let d = scratch("degenerate");
+    std::fs::create_dir_all(d.join("rows")).unwrap();
+    let out = |n: &str| d.join(n).display().to_string();
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (
+            vec![
+                "finetune".into(),
+                "train".into(),
+                "--model".into(),
+                fixture("bert"),
+                "--rank".into(),
+                "0".into(),
+                "--out".into(),
+                out("t"),
+            ],
+            "--rank, --batch-size and --epochs must be at least 1",
+        ),
+        (
+            vec![
+                "foveated".into(),
+                "--task".into(),
+                "csb".into(),
+                "--dump-only".into(),
+                "--size".into(),
+                "0".into(),
+                "--out".into(),
+                out("f"),
+            ],
+            "--size and --supersample must be at least 1",
+        ),
+        (
+            vec![
+                "binding".into(),
+                "--model".into(),
+                fixture("jer"),
+                "--trials".into(),
+                "0".into(),
+                "--out".into(),
+                out("b"),
+            ],
+            "--trials must be at least 1",
+        ),
+        (
+            vec![
+                "saber".into(),
+                "generate".into(),
+                "--independent".into(),
+                "0".into(),
+                "--chains".into(),
+                "0".into(),
+                "--out".into(),
+                out("s"),
+            ],
+            "no item to generate",
+        ),
+    ];
+    for (args, want) in cases {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let text = err(&args);
+        assert!(
+            text.contains(want),
+            "{args:?}: expected '{want}' in:\n{text}"
+        );
+        assert!(!text.contains("panicked"), "{args:?} panicked:\n{text}");
+    }
+    for n in ["t", "f", "b", "s"] {
+        assert!(
+            !d.join(n).exists(),
+            "{n}: an output directory was left behind"
+        );
+    }
+    let row = d.join("rows/row.json");
+    std::fs::write(&row, "{}").unwrap();
+    let text = err(&[
+        "correlate",
+        &d.join("rows").display().to_string(),
+        "--out",
+        &out("c"),
+    ]);
+    assert!(text.contains("not a probe-all row"), "{text}");
+    let _ = std::fs::remove_dir_all(&d);
+}

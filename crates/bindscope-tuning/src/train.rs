@@ -263,6 +263,12 @@ impl<M: TunableText> Trainer<M> {
         let scalar = |x: &Tensor<1>| f64::from(x.clone().into_scalar::<f32>());
         let (loss, triplet_loss, attn_loss) =
             (scalar(&total), scalar(&tl), al.as_ref().map(scalar));
+        if !loss.is_finite() {
+            return Err(format!(
+                "step {}: the loss is {loss} (not finite); training stopped and nothing was exported",
+                self.step + 1
+            ));
+        }
         let grads = total.backward();
         let grads = GradientsParams::from_grads(grads, &self.model);
         let model = self.model.clone();
