@@ -80,7 +80,11 @@ impl Reference {
 
 fn assert_close<const D: usize>(what: &str, got: Tensor<D>, want: &(Vec<usize>, Vec<f32>)) {
     assert_eq!(got.dims().to_vec(), want.0, "{what}: shape");
-    let got: Vec<f32> = got.into_data().convert::<f32>().try_to_vec::<f32>().unwrap();
+    let got: Vec<f32> = got
+        .into_data()
+        .convert::<f32>()
+        .try_to_vec::<f32>()
+        .unwrap();
     let err = got
         .iter()
         .zip(&want.1)
