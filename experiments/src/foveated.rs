@@ -689,36 +689,21 @@ fn save_attention(
     let cfs = &scenes[&SetName::TestCf];
     let pred_t = o_test.predictions();
     let pred_c = o_cf.predictions();
-    for i in 0..n.min(test.len()) {
-        let s = &test[i];
+    // One overlay: scene `s`, its attention row `j` in `o`, file tag `tag`.
+    let overlay = |s: &Scene, o: &probe::Outputs, j: usize, pred: usize, tag: String| {
         let img = bindscope_foveated::viz::attention_overlay(
             &s.render(side, ss),
             &grid,
-            &o_test.attention[i * p..(i + 1) * p],
+            &o.attention[j * p..(j + 1) * p],
             s.target().bbox(),
         );
-        save_png(
-            &img,
-            &out.join(format!(
-                "{readout}-{probe}-test{i:03}-y{}-pred{}.png",
-                s.label, pred_t[i]
-            )),
-        )?;
+        let name = format!("{readout}-{probe}-{tag}-y{}-pred{pred}.png", s.label);
+        save_png(&img, &out.join(name))
+    };
+    for i in 0..n.min(test.len()) {
+        overlay(&test[i], o_test, i, pred_t[i], format!("test{i:03}"))?;
         if let Some(k) = cf_base.iter().position(|&b| b == i) {
-            let c = &cfs[k];
-            let img = bindscope_foveated::viz::attention_overlay(
-                &c.render(side, ss),
-                &grid,
-                &o_cf.attention[k * p..(k + 1) * p],
-                c.target().bbox(),
-            );
-            save_png(
-                &img,
-                &out.join(format!(
-                    "{readout}-{probe}-test{i:03}-cf-y{}-pred{}.png",
-                    c.label, pred_c[k]
-                )),
-            )?;
+            overlay(&cfs[k], o_cf, k, pred_c[k], format!("test{i:03}-cf"))?;
         }
     }
     Ok(())
