@@ -196,6 +196,23 @@ fn write_jsonl<T: serde::Serialize>(path: &Path, rows: &[T]) -> Result<()> {
 
 /// Generates / imports, validates, splits and writes a data directory; returns the splits.
 fn run_data(a: &DataArgs) -> Result<Splits> {
+    if a.out.exists() && std::fs::read_dir(&a.out)?.next().is_some() {
+        bail!(
+            "{} exists and is not empty; nothing was overwritten: choose another --out or remove it",
+            a.out.display()
+        );
+    }
+    let created = !a.out.exists();
+    let result = write_data(a);
+    if result.is_err() && created {
+        // No partial data directory: a failed run leaves nothing behind.
+        let _ = std::fs::remove_dir_all(&a.out);
+    }
+    result
+}
+
+/// Generates / imports, validates, splits and writes into the (new or empty) `a.out`.
+fn write_data(a: &DataArgs) -> Result<Splits> {
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
     let mut seen = Seen::default();
     let mut kept: Vec<Example> = Vec::new();

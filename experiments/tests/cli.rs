@@ -377,5 +377,25 @@ fn degenerate_sizes_are_errors_not_empty_results() {
         &out("c"),
     ]);
     assert!(text.contains("not a probe-all row"), "{text}");
+    // `finetune data` never overwrites a data directory, and a failed import leaves none.
+    let data = out("data");
+    ok(&["finetune", "data", "--out", &data, "--per-type", "2"]);
+    let text = err(&["finetune", "data", "--out", &data, "--per-type", "3"]);
+    assert!(text.contains("exists and is not empty"), "{text}");
+    let missing = d.join("missing.jsonl").display().to_string();
+    err(&[
+        "finetune",
+        "data",
+        "--out",
+        &out("data2"),
+        "--import",
+        &missing,
+        "--per-type",
+        "0",
+    ]);
+    assert!(
+        !d.join("data2").exists(),
+        "a failed `finetune data` left its directory"
+    );
     let _ = std::fs::remove_dir_all(&d);
 }
