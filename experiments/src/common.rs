@@ -176,10 +176,17 @@ pub fn run_dir(
     if let Some(dir) = out {
         match matches(&dir)? {
             Some(true) => return Ok(dir),
-            Some(false) => bail!(
-                "{} holds a run with another configuration; nothing was overwritten: choose another --out or remove it",
-                dir.display()
-            ),
+            Some(false) => {
+                let there = read_json(&dir.join("config.json"))?;
+                let diff = describe_difference(
+                    there.get("identity").unwrap_or(&serde_json::Value::Null),
+                    identity,
+                );
+                bail!(
+                    "{} holds a run with another configuration ({diff}); nothing was overwritten: choose another --out or remove it",
+                    dir.display()
+                )
+            }
             None => {
                 if dir.exists() && std::fs::read_dir(&dir)?.next().is_some() {
                     bail!(
@@ -215,4 +222,27 @@ pub fn run_dir(
     let dir = root.join(format!("{prefix}{}", timestamp()));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     Ok(dir)
+}
+
+/// The fields in which two run identities differ, as `key: <there> there vs <now> now; …`.
+fn describe_difference(old: &serde_json::Value, new: &serde_json::Value) -> String {
+    let (Some(o), Some(n)) = (old.as_object(), new.as_object()) else {
+        return "unreadable identity".into();
+    };
+    let mut keys: Vec<&String> = o.keys().chain(n.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    let null = serde_json::Value::Null;
+    let diffs: Vec<String> = keys
+        .into_iter()
+        .filter(|k| o.get(*k) != n.get(*k))
+        .map(|k| {
+            format!(
+                "{k}: {} there vs {} now",
+                o.get(k).unwrap_or(&null),
+                n.get(k).unwrap_or(&null)
+            )
+        })
+        .collect();
+    diffs.join("; ")
 }

@@ -1411,18 +1411,9 @@ fn run_gqa(args: FoveatedArgs, device: &Device, device_spec: &str) -> Result<()>
         let data = |s: Split| -> Data<'_> {
             let f = &full[&s];
             match readout.as_str() {
-                "gap" => Data::Pooled {
-                    x: &f.gap,
-                    dim: f.d,
-                },
-                "summary" => Data::Pooled {
-                    x: &f.summary,
-                    dim: f.e,
-                },
-                "oracle-box" => Data::Pooled {
-                    x: &f.oracle,
-                    dim: f.d,
-                },
+                "gap" | "summary" => readout_data(readout, f),
+                // The patch tokens under the box; "oracle" is the crop's own summary.
+                "oracle-box" => readout_data("oracle", f),
                 "oracle" => Data::Pooled {
                     x: &crops[&s].summary,
                     dim: crops[&s].e,

@@ -284,7 +284,7 @@ fn run_model(
         "size": [h, w],
         "dtype": args.model_opts.dtype,
     });
-    let dir = choose_run_dir(out, spec, &identity, stamp, args.fresh)?;
+    let dir = common::run_dir("jer", &common::slug(spec), out, &identity, args.fresh)?;
     let config = json!({
         "study": "jer",
         "identity": identity,
@@ -368,94 +368,6 @@ fn run_model(
         dir.display()
     );
     Ok(summary)
-}
-
-/// Picks the run directory: `--out` if given (it must be empty or hold this configuration),
-/// else the newest `runs/jer/<model>-*` holding this configuration, else a new timestamped one.
-fn choose_run_dir(
-    out: Option<PathBuf>,
-    spec: &str,
-    identity: &serde_json::Value,
-    stamp: &str,
-    fresh: bool,
-) -> Result<PathBuf> {
-    let matches = |dir: &Path| -> Result<Option<bool>> {
-        let cfg = dir.join("config.json");
-        if !cfg.exists() {
-            return Ok(None);
-        }
-        let v = common::read_json(&cfg)?;
-        Ok(Some(v.get("identity") == Some(identity)))
-    };
-    if let Some(dir) = out {
-        match matches(&dir)? {
-            Some(false) => {
-                let old = common::read_json(&dir.join("config.json"))?;
-                let diff = describe_difference(
-                    old.get("identity").unwrap_or(&serde_json::Value::Null),
-                    identity,
-                );
-                bail!(
-                    "{} holds a run with another configuration ({diff}); nothing was overwritten: choose another --out or remove it",
-                    dir.display()
-                );
-            }
-            Some(true) => return Ok(dir),
-            None => {
-                if dir.exists() && std::fs::read_dir(&dir)?.next().is_some() {
-                    bail!(
-                        "{} exists, is not empty and holds no run config.json; nothing was overwritten",
-                        dir.display()
-                    );
-                }
-                std::fs::create_dir_all(&dir)
-                    .with_context(|| format!("creating {}", dir.display()))?;
-                return Ok(dir);
-            }
-        }
-    }
-    let root = common::runs_root("jer");
-    let prefix = format!("{}-", common::slug(spec));
-    if !fresh && root.is_dir() {
-        let mut candidates: Vec<PathBuf> = std::fs::read_dir(&root)?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| {
-                p.is_dir()
-                    && p.file_name()
-                        .is_some_and(|n| n.to_string_lossy().starts_with(&prefix))
-            })
-            .collect();
-        candidates.sort();
-        for c in candidates.into_iter().rev() {
-            if matches(&c)? == Some(true) {
-                return Ok(c);
-            }
-        }
-    }
-    let dir = root.join(format!("{}{stamp}", prefix));
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    Ok(dir)
-}
-
-fn describe_difference(old: &serde_json::Value, new: &serde_json::Value) -> String {
-    let (Some(o), Some(n)) = (old.as_object(), new.as_object()) else {
-        return "unreadable identity".into();
-    };
-    let mut keys: Vec<&String> = o.keys().chain(n.keys()).collect();
-    keys.sort();
-    keys.dedup();
-    let diffs: Vec<String> = keys
-        .into_iter()
-        .filter(|k| o.get(*k) != n.get(*k))
-        .map(|k| {
-            format!(
-                "{k}: {} there vs {} now",
-                o.get(k).unwrap_or(&json!(null)),
-                n.get(k).unwrap_or(&json!(null))
-            )
-        })
-        .collect();
-    diffs.join("; ")
 }
 
 fn write_reports(
