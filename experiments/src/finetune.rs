@@ -100,8 +100,8 @@ pub struct TrainArgs {
     /// Run directory (default `runs/finetune/<model>-<time>`); an existing one is resumed.
     #[arg(long)]
     out: Option<PathBuf>,
-    /// With no `--data`: template examples per type to generate.
-    #[arg(long, default_value_t = 400)]
+    /// With no `--data`: template examples per type to generate (an error with `--data`).
+    #[arg(long, default_value_t = 400, conflicts_with = "data")]
     per_type: usize,
     /// Seed of generation / split (no `--data`), batch order and LoRA init.
     #[arg(long, default_value_t = 0)]
@@ -342,6 +342,17 @@ fn run_train(a: &TrainArgs, device: &Device, device_spec: &str) -> Result<()> {
         bail!("--lora-alpha and --lr must be positive numbers");
     }
     let ckpt = common::resolve(&a.model)?;
+    // Checked before anything is written, so a wrong model leaves no run directory behind.
+    let mt = bindscope_models::registry::model_type(&ckpt)?;
+    if !matches!(
+        mt.as_str(),
+        "bert" | "clip" | "clip_text_model" | "siglip" | "siglip_text_model"
+    ) {
+        bail!(
+            "{}: model_type '{mt}': finetuning supports bert, clip, siglip text encoders",
+            a.model
+        )
+    }
     let out = a.out.clone().unwrap_or_else(|| {
         common::runs_root("finetune").join(format!(
             "{}-{}",
@@ -371,7 +382,6 @@ fn run_train(a: &TrainArgs, device: &Device, device_spec: &str) -> Result<()> {
             }
         }
     };
-    let mt = bindscope_models::registry::model_type(&ckpt)?;
     match mt.as_str() {
         "bert" => train_tower::<bindscope_models::bert::BertModel>(
             a,

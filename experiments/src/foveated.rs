@@ -131,7 +131,8 @@ pub struct FoveatedArgs {
     dump_images: usize,
     /// Only write scene images (no model, no features): `--dump-images N` scenes per set at
     /// `--size` (default 384) into `--out` (default runs/foveated/scenes-<task>-<seed>).
-    #[arg(long)]
+    /// Takes no `--model`.
+    #[arg(long, conflicts_with = "model")]
     dump_only: bool,
     /// GQA: directory with train_sceneGraphs.json, val_sceneGraphs.json and images/<id>.jpg.
     #[arg(long)]

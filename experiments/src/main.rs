@@ -82,7 +82,36 @@ fn main() {
             Command::Saber(a) => saber::run(a, &device, &cli.device),
         });
     if let Err(e) = result {
-        eprintln!("error: {e:#}");
+        eprintln!("error: {}", error_text(&e));
         std::process::exit(1);
+    }
+}
+
+/// The error and its causes joined by ": ", leaving out a cause whose text the message already
+/// holds (many library errors print their source themselves, so `{:#}` would repeat it).
+fn error_text(e: &anyhow::Error) -> String {
+    let mut text = e.to_string();
+    for cause in e.chain().skip(1) {
+        let c = cause.to_string();
+        if !text.contains(&c) {
+            text.push_str(": ");
+            text.push_str(&c);
+        }
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_text;
+
+    #[test]
+    fn error_text_keeps_each_cause_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
+        let inner = anyhow::Error::new(io).context("a.json: no such file");
+        let e = inner.context("reading the config");
+        assert_eq!(error_text(&e), "reading the config: a.json: no such file");
+        let e = anyhow::anyhow!("root").context("outer");
+        assert_eq!(error_text(&e), "outer: root");
     }
 }

@@ -352,6 +352,46 @@ fn degenerate_sizes_are_errors_not_empty_results() {
             ],
             "no item to generate",
         ),
+        (
+            vec![
+                "finetune".into(),
+                "train".into(),
+                "--model".into(),
+                fixture("dinov2"),
+                "--out".into(),
+                out("v"),
+            ],
+            "finetuning supports bert, clip, siglip text encoders",
+        ),
+        // Options that would be ignored are refused.
+        (
+            vec![
+                "finetune".into(),
+                "train".into(),
+                "--model".into(),
+                fixture("bert"),
+                "--data".into(),
+                out("data-none"),
+                "--per-type".into(),
+                "5".into(),
+                "--out".into(),
+                out("p"),
+            ],
+            "cannot be used with",
+        ),
+        (
+            vec![
+                "foveated".into(),
+                "--task".into(),
+                "csb".into(),
+                "--dump-only".into(),
+                "--model".into(),
+                fixture("dinov2"),
+                "--out".into(),
+                out("m"),
+            ],
+            "cannot be used with",
+        ),
     ];
     for (args, want) in cases {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -362,7 +402,7 @@ fn degenerate_sizes_are_errors_not_empty_results() {
         );
         assert!(!text.contains("panicked"), "{args:?} panicked:\n{text}");
     }
-    for n in ["t", "f", "b", "s"] {
+    for n in ["t", "f", "b", "s", "v", "p", "m"] {
         assert!(
             !d.join(n).exists(),
             "{n}: an output directory was left behind"

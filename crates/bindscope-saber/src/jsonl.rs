@@ -226,9 +226,10 @@ pub fn validate_item(item: &McqItem) -> Result<(), (&'static str, String)> {
             return Err((
                 "candidates",
                 format!(
-                    "candidate {} has kind {:?}, expected {}",
+                    "candidate {} has kind {}, expected {}",
                     i + 1,
-                    c.kind.map(|k| k.name()),
+                    c.kind
+                        .map_or("(none)".to_string(), |k| format!("'{}'", k.name())),
                     kinds[i].name()
                 ),
             ));
