@@ -253,8 +253,16 @@ pub fn run(args: FoveatedArgs, device: &Device, device_spec: &str) -> Result<()>
         "image_mean": processor.image_mean, "image_std": processor.image_std,
         "rescale_factor": processor.rescale_factor, "do_rescale": processor.do_rescale, "do_normalize": processor.do_normalize,
     });
+    // The cache is shared by runs of any set sizes: every scene is drawn from its own seeded
+    // stream (seed, split, index), so the sets of a smaller run are prefixes of a larger one's,
+    // and a shard of the wrong length is extracted again (`Cache::missing`).
+    let mut scene_design = serde_json::to_value(&generator)?;
+    if let Some(o) = scene_design.as_object_mut() {
+        o.remove("sizes");
+        o.remove("nuisance_scenes");
+    }
     let cache_identity = json!({
-        "model_sha256": sha, "dtype": args.model_opts.dtype, "generator": generator,
+        "model_sha256": sha, "dtype": args.model_opts.dtype, "generator": scene_design,
         "side": side, "supersample": args.supersample, "normalization": normalization,
     });
     let hash = short_hash(&cache_identity);
@@ -335,6 +343,12 @@ pub fn run(args: FoveatedArgs, device: &Device, device_spec: &str) -> Result<()>
                 .sum::<usize>()
         })
         .sum();
+    let total: usize = scenes.values().map(Vec::len).sum();
+    eprintln!(
+        "features: {total_missing} of {total} images to encode ({} cached) in {}",
+        total - total_missing,
+        cache_dir.display()
+    );
     let t_extract = Instant::now();
     if total_missing > 0 {
         let pb = common::progress(total_missing as u64, "encoding scenes");

@@ -439,3 +439,132 @@ fn degenerate_sizes_are_errors_not_empty_results() {
     );
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// A tiny ViT (patch 4) with a ViT preprocessor, in a scratch directory.
+fn tiny_vit_with_processor(dir: &Path) -> String {
+    std::fs::create_dir_all(dir).unwrap();
+    for f in ["config.json", "model.safetensors"] {
+        std::fs::copy(root().join("tests/fixtures/jer").join(f), dir.join(f)).unwrap();
+    }
+    std::fs::copy(
+        root().join("tests/fixtures/images/vit/preprocessor_config.json"),
+        dir.join("preprocessor_config.json"),
+    )
+    .unwrap();
+    dir.display().to_string()
+}
+
+fn count_after(text: &str, prefix: &str) -> usize {
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(prefix))
+        .unwrap_or_else(|| panic!("no line starting '{prefix}' in:\n{text}"));
+    line[prefix.len()..]
+        .split_whitespace()
+        .next()
+        .and_then(|w| w.parse().ok())
+        .unwrap_or_else(|| panic!("no count in '{line}'"))
+}
+
+#[test]
+fn foveated_writes_a_run_directory_resumes_and_shares_its_feature_cache() {
+    let d = scratch("foveated");
+    let model = tiny_vit_with_processor(&d.join("model"));
+    let cache = d.join("cache").display().to_string();
+    let args = |out: &str, test: &str| -> Vec<String> {
+        [
+            "foveated",
+            "--task",
+            "csb",
+            "--model",
+            &model,
+            "--size",
+            "32",
+            "--supersample",
+            "2",
+            "--train",
+            "24",
+            "--val",
+            "12",
+            "--test",
+            test,
+            "--nuisance-scenes",
+            "2",
+            "--epochs",
+            "3",
+            "--attention-maps",
+            "2",
+            "--cache-dir",
+            &cache,
+            "--out",
+            out,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    };
+    let run1 = d.join("run1").display().to_string();
+    let a1 = args(&run1, "6");
+    let a1: Vec<&str> = a1.iter().map(String::as_str).collect();
+    let text = ok(&a1);
+    // Nothing cached yet: every image of the five sets is encoded.
+    assert!(count_after(&text, "features: ") > 24 + 12 + 6, "{text}");
+    assert!(text.contains("(0 cached)"), "{text}");
+    let run = PathBuf::from(&run1);
+    for f in [
+        "config.json",
+        "results.json",
+        "summary.csv",
+        "probes.jsonl",
+        "readout-gap.csv",
+        "readout-summary.csv",
+        "readout-oracle.csv",
+        "readout-fovea.csv",
+        "top1.svg",
+        "flip.svg",
+    ] {
+        assert!(run.join(f).is_file(), "{f} missing");
+    }
+    let results: serde_json::Value =
+        serde_json::from_str(&read(&run.join("results.json"))).unwrap();
+    let rows = results["results"].as_array().unwrap();
+    assert_eq!(rows.len(), 8, "4 readouts × 2 probes");
+    for r in rows {
+        let t = r["test_top1"]["mean"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&t), "{r}");
+        assert!(r["nsr"]["mean"].as_f64().is_some(), "NSR missing: {r}");
+    }
+    let pngs = std::fs::read_dir(run.join("attention")).unwrap().count();
+    assert!(pngs >= 2, "fovea attention maps: {pngs}");
+    let probes = read(&run.join("probes.jsonl"));
+    assert_eq!(probes.lines().count(), 8);
+
+    // The same command again: every image and every probe is reused.
+    let text = ok(&a1);
+    assert!(text.contains("features: 0 of"), "{text}");
+    assert_eq!(
+        read(&run.join("probes.jsonl")),
+        probes,
+        "probes were retrained"
+    );
+
+    // Another recipe in the same directory is refused, naming the difference.
+    let mut a2 = args(&run1, "6");
+    let e = a2.iter().position(|s| s == "--epochs").unwrap();
+    a2[e + 1] = "4".into();
+    let a2: Vec<&str> = a2.iter().map(String::as_str).collect();
+    let text = err(&a2);
+    assert!(text.contains("epochs"), "{text}");
+
+    // A larger test split in a new run shares the cache: train, val and the nuisance variants
+    // of the first 2 test scenes are reused, the test and counterfactual sets are re-encoded.
+    let run3 = d.join("run3").display().to_string();
+    let a3 = args(&run3, "8");
+    let a3: Vec<&str> = a3.iter().map(String::as_str).collect();
+    let text = ok(&a3);
+    assert!(
+        text.contains(&format!("({} cached)", 24 + 12 + 2 * 16)),
+        "{text}"
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}

@@ -24,7 +24,9 @@
 //! # Cache layout
 //! `<dir>/manifest.json` (identity of the cache: model weights hash, generator, side, …) and
 //! `<dir>/<set>/shard-00000.safetensors`, … of `shard_size` images each, written atomically; an
-//! interrupted extraction resumes at the first missing shard.
+//! interrupted extraction resumes at the first missing shard. A shard holding another number of
+//! images than its range needs (the last shard of a set that has since grown) is extracted again,
+//! so one cache serves runs of different set sizes whose sets are prefixes of each other.
 
 use crate::scene::Scene;
 use bindscope_data::image::{ImageProcessor, RgbImage};
@@ -434,6 +436,27 @@ pub fn write_shard(path: &Path, f: &Features) -> Result<(), FeatureError> {
     bindscope_core::fsutil::write_atomic(path, &bytes).map_err(io)
 }
 
+/// Number of images in a shard, read from its safetensors header (the `label` shape) without
+/// reading the tensors; `None` for an absent or unreadable file.
+pub fn shard_len(path: &Path) -> Option<usize> {
+    use std::io::Read;
+    let mut file = std::fs::File::open(path).ok()?;
+    let mut len = [0u8; 8];
+    file.read_exact(&mut len).ok()?;
+    let len = usize::try_from(u64::from_le_bytes(len)).ok()?;
+    if len > 100_000_000 {
+        return None;
+    }
+    let mut header = vec![0u8; len];
+    file.read_exact(&mut header).ok()?;
+    let v: serde_json::Value = serde_json::from_slice(&header).ok()?;
+    let shape = v.get("label")?.get("shape")?.as_array()?;
+    match shape.as_slice() {
+        [n] => n.as_u64().and_then(|n| usize::try_from(n).ok()),
+        _ => None,
+    }
+}
+
 /// Reads one shard; `with_patches = false` skips the (large) patch tokens.
 ///
 /// # Errors
@@ -582,10 +605,14 @@ impl Cache {
         n.div_ceil(self.shard_size)
     }
 
-    /// Shards of a set of `n` items that still have to be extracted.
+    /// Shards of a set of `n` items that still have to be extracted: absent, or holding another
+    /// number of images than their range (`shard_size`, less for the last shard).
     pub fn missing(&self, set: &str, n: usize) -> Vec<usize> {
         (0..self.num_shards(n))
-            .filter(|&k| !self.shard_path(set, k).exists())
+            .filter(|&k| {
+                let want = ((k + 1) * self.shard_size).min(n) - k * self.shard_size;
+                shard_len(&self.shard_path(set, k)) != Some(want)
+            })
             .collect()
     }
 
@@ -699,7 +726,31 @@ mod tests {
             (f.summary, f.gap, f.oracle, f.label, f.bbox)
         );
         assert!(read_shard(&path, false).unwrap().patch.is_empty());
+        assert_eq!(shard_len(&path), Some(2));
+        // A cache of 2-image shards: the shards of a 3-image set are [0, 2) and [2, 3).
+        let cache = Cache {
+            dir: dir.path().to_path_buf(),
+            shard_size: 2,
+        };
+        assert_eq!(cache.missing("a", 3), vec![0, 1]);
+        std::fs::create_dir_all(dir.path().join("a")).unwrap();
+        write_shard(&cache.shard_path("a", 0), &f).unwrap();
+        let one = Features {
+            n: 1,
+            patch: f.patch[..6].to_vec(),
+            summary: f.summary[..1].to_vec(),
+            gap: f.gap[..2].to_vec(),
+            oracle: f.oracle[..2].to_vec(),
+            label: f.label[..1].to_vec(),
+            bbox: f.bbox[..1].to_vec(),
+            ..f.clone()
+        };
+        write_shard(&cache.shard_path("a", 1), &one).unwrap();
+        assert!(cache.missing("a", 3).is_empty());
+        // The set grows to 4 images: the 1-image last shard is extracted again, shard 0 kept.
+        assert_eq!(cache.missing("a", 4), vec![1]);
         std::fs::write(&path, b"garbage").unwrap();
+        assert_eq!(shard_len(&path), None);
         let err = read_shard(&path, true).unwrap_err().to_string();
         assert!(err.contains("s.safetensors"), "{err}");
     }
