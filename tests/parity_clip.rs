@@ -275,6 +275,15 @@ fn towers_load_alone_and_read_out_any_depth() {
     );
     // readout on the reference's last hidden state (any depth goes through the same path).
     let last = r.tensor::<3>("vision.last_hidden_state", &device());
+    // final_norm is post_layernorm token-wise: on the CLS token it gives transformers'
+    // pooler_output.
+    let normed = vision.final_norm(last.clone());
+    assert_eq!(normed.dims(), [2, 17, 32]);
+    r.assert_close(
+        "vision.pooler_output",
+        normed.slice([0..2, 0..1, 0..32]).reshape([2, 32]),
+        TOL,
+    );
     r.assert_close(
         "image_embeds",
         vision.readout(last.clone(), VisionReadout::Pooled),

@@ -339,7 +339,7 @@ pub fn run(args: FoveatedArgs, device: &Device, device_spec: &str) -> Result<()>
             cache
                 .missing(s.name(), n)
                 .iter()
-                .map(|&k| ((k + 1) * cache.shard_size).min(n) - k * cache.shard_size)
+                .map(|&k| cache.shard_items(k, n))
                 .sum::<usize>()
         })
         .sum();
@@ -639,7 +639,7 @@ fn predict_set(
     }
     let mut out = probe::Outputs::default();
     for k in 0..cache.num_shards(light.n) {
-        let f = bindscope_foveated::features::read_shard(&cache.shard_path(set.name(), k), true)?;
+        let f = cache.read(set.name(), k, light.n, true)?;
         let o = probe::predict(p, &Data::Patches(&f), device, keep_attention);
         out.classes = o.classes;
         out.dim = o.dim;
@@ -1158,31 +1158,36 @@ fn read_text_embeddings(path: &Path, n: usize) -> Result<(Vec<f32>, usize)> {
     ))
 }
 
+/// The GQA readouts of `--readouts`: `fovea` (in the default list) means the text-conditioned
+/// fovea, `text-fovea`.
+fn gqa_readouts(requested: &[String]) -> Result<Vec<String>> {
+    let mut out: Vec<String> = Vec::new();
+    for r in requested {
+        let r = if r == "fovea" {
+            "text-fovea"
+        } else {
+            r.as_str()
+        };
+        if !GQA_READOUTS.contains(&r) {
+            bail!(
+                "--readouts: unknown readout '{r}' for --task gqa (choose from {})",
+                GQA_READOUTS.join(", ")
+            );
+        }
+        if !out.iter().any(|o| o == r) {
+            out.push(r.to_string());
+        }
+    }
+    Ok(out)
+}
+
 fn run_gqa(args: FoveatedArgs, device: &Device, device_spec: &str) -> Result<()> {
     use bindscope_foveated::gqa;
     use bindscope_foveated::split::Split;
     let gdir_buf = args.gqa_dir.clone().context(
         "--task gqa needs --gqa-dir (train_sceneGraphs.json, val_sceneGraphs.json, images/)",
     )?;
-    for r in &args.readouts {
-        if !GQA_READOUTS.contains(&r.as_str()) {
-            bail!(
-                "--readouts: unknown readout '{r}' for --task gqa (choose from {})",
-                GQA_READOUTS.join(", ")
-            );
-        }
-    }
-    let readouts: Vec<String> = args
-        .readouts
-        .iter()
-        .map(|r| {
-            if r == "fovea" {
-                "text-fovea".to_string()
-            } else {
-                r.clone()
-            }
-        })
-        .collect();
+    let readouts = gqa_readouts(&args.readouts)?;
     for p in &args.probes {
         if p != "linear" && p != "mlp" {
             bail!("--probes: unknown probe '{p}' (linear, mlp)");

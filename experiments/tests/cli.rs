@@ -568,3 +568,117 @@ fn foveated_writes_a_run_directory_resumes_and_shares_its_feature_cache() {
     );
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// The synthetic GQA scene graphs of `tests/fixtures/foveated/gqa` with a JPEG per image: grey,
+/// each object's box painted in its colour.
+fn synthetic_gqa(dir: &Path) {
+    let src = root().join("tests/fixtures/foveated/gqa");
+    std::fs::create_dir_all(dir.join("images")).unwrap();
+    for f in ["train_sceneGraphs.json", "val_sceneGraphs.json"] {
+        std::fs::copy(src.join(f), dir.join(f)).unwrap();
+        let graphs: serde_json::Value = serde_json::from_str(&read(&src.join(f))).unwrap();
+        for (id, g) in graphs.as_object().unwrap() {
+            let (w, h) = (
+                g["width"].as_f64().unwrap() as u32,
+                g["height"].as_f64().unwrap() as u32,
+            );
+            let mut img = image::RgbImage::from_pixel(w, h, image::Rgb([128, 128, 128]));
+            for o in g["objects"].as_object().unwrap().values() {
+                let colour = match o["attributes"].as_array().and_then(|a| a.first()) {
+                    Some(a) if a == "red" => [220, 20, 20],
+                    Some(a) if a == "blue" => [20, 20, 220],
+                    Some(a) if a == "white" => [250, 250, 250],
+                    Some(a) if a == "black" => [5, 5, 5],
+                    _ => [120, 80, 40],
+                };
+                let (x, y) = (o["x"].as_f64().unwrap(), o["y"].as_f64().unwrap());
+                let (bw, bh) = (o["w"].as_f64().unwrap(), o["h"].as_f64().unwrap());
+                for py in (y as u32)..((y + bh) as u32).min(h) {
+                    for px in (x as u32)..((x + bw) as u32).min(w) {
+                        img.put_pixel(px, py, image::Rgb(colour));
+                    }
+                }
+            }
+            img.save(dir.join("images").join(format!("{id}.jpg")))
+                .unwrap();
+        }
+    }
+}
+
+#[test]
+fn foveated_gqa_runs_end_to_end_and_names_bad_input() {
+    let d = scratch("gqa");
+    let model = tiny_vit_with_processor(&d.join("model"));
+    let gqa = d.join("gqa");
+    synthetic_gqa(&gqa);
+    let gqa_s = gqa.display().to_string();
+    let cache = d.join("cache").display().to_string();
+    let run = d.join("run");
+    let run_s = run.display().to_string();
+    let base = |readouts: &str, out: &str| -> Vec<String> {
+        [
+            "foveated",
+            "--task",
+            "gqa",
+            "--gqa-dir",
+            &gqa_s,
+            "--model",
+            &model,
+            "--size",
+            "32",
+            "--epochs",
+            "2",
+            "--readouts",
+            readouts,
+            "--cache-dir",
+            &cache,
+            "--out",
+            out,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    };
+    let a = base("gap,summary,oracle,oracle-box", &run_s);
+    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+    let text = ok(&a);
+    assert!(text.contains("gqa: "), "{text}");
+    let results: serde_json::Value =
+        serde_json::from_str(&read(&run.join("results.json"))).unwrap();
+    let rows = results["results"].as_array().unwrap();
+    assert_eq!(rows.len(), 8, "4 readouts × 2 probes: {results}");
+    for r in rows {
+        for k in ["test_accuracy", "test_paired_accuracy"] {
+            let v = r[k]["mean"].as_f64().unwrap_or_else(|| panic!("{k} missing: {r}"));
+            assert!((0.0..=1.0).contains(&v), "{r}");
+        }
+    }
+    assert!(run.join("summary.csv").is_file() && run.join("paired.svg").is_file());
+
+    // The default readouts include `fovea`, the text-conditioned fovea on GQA: accepted, and
+    // refused only because this checkpoint has no text tower.
+    let b = base(
+        "gap,summary,oracle,fovea",
+        &d.join("run-b").display().to_string(),
+    );
+    let b: Vec<&str> = b.iter().map(String::as_str).collect();
+    let text = err(&b);
+    assert!(!text.contains("unknown readout"), "{text}");
+    assert!(text.contains("text-conditioned fovea"), "{text}");
+
+    // A missing image is named, with the count of missing ones.
+    std::fs::remove_file(gqa.join("images/1.jpg")).unwrap();
+    let text = err(&a);
+    assert!(text.contains("image 1 ") && text.contains("1 of"), "{text}");
+    // An image of another size than its scene graph says is named.
+    image::RgbImage::new(7, 7)
+        .save(gqa.join("images/1.jpg"))
+        .unwrap();
+    let mut c = base("gap", &d.join("run-c").display().to_string());
+    let k = c.iter().position(|s| s == "--cache-dir").unwrap();
+    c[k + 1] = d.join("cache-c").display().to_string(); // nothing cached: the images are decoded
+    let c: Vec<&str> = c.iter().map(String::as_str).collect();
+    let text = err(&c);
+    assert!(text.contains("image 1: decoded 7×7"), "{text}");
+    let _ = std::fs::remove_dir_all(&d);
+}

@@ -709,14 +709,9 @@ impl VisionEncoder for ClipVisionModel {
         vision_readout(&self.vision_model, &self.visual_projection, hidden, readout)
     }
 
-    /// Patch tokens after `post_layernorm` (CLIP's `last_hidden_state` has no final norm, so
-    /// it is applied here token-wise): `[N, P, D]`.
-    fn patch_tokens(&self, pixel_values: Tensor<4>) -> Tensor<3> {
-        let out = self.forward(pixel_values, ForwardOptions::default());
-        let [n, t, d] = out.last_hidden_state.dims();
-        self.vision_model
-            .post_layernorm
-            .forward(out.last_hidden_state.slice([0..n, 1..t, 0..d]))
+    /// `post_layernorm` token-wise (CLIP's `last_hidden_state` has no final norm): `[N, T, D]`.
+    fn final_norm(&self, last_hidden_state: Tensor<3>) -> Tensor<3> {
+        self.vision_model.post_layernorm.forward(last_hidden_state)
     }
 
     fn info(&self) -> ModelInfo {

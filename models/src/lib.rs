@@ -168,12 +168,21 @@ pub trait VisionEncoder: Send + Sync {
         self.readout(last, readout)
     }
 
-    /// Patch tokens of the final layer after the final norm, `[N, P, D]`.
+    /// The model's final norm applied token-wise to its `last_hidden_state`, `[N, T, D]` →
+    /// `[N, T, D]`. The identity for models whose `last_hidden_state` is already normed (ViT,
+    /// DINOv2, ViT-MAE, SigLIP); CLIP overrides it, because transformers applies CLIP's
+    /// `post_layernorm` to the pooled CLS token only.
+    fn final_norm(&self, last_hidden_state: Tensor<3>) -> Tensor<3> {
+        last_hidden_state
+    }
+
+    /// Patch tokens of the final layer after the final norm ([`VisionEncoder::final_norm`]),
+    /// prefix tokens removed: `[N, 3, H, W]` → `[N, P, D]`.
     fn patch_tokens(&self, pixel_values: Tensor<4>) -> Tensor<3> {
         let out = self.forward_vision(pixel_values, ForwardOptions::default());
         let [n, t, d] = out.last_hidden_state.dims();
         let p = self.num_prefix_tokens();
-        out.last_hidden_state.slice([0..n, p..t, 0..d])
+        self.final_norm(out.last_hidden_state.slice([0..n, p..t, 0..d]))
     }
 
     /// Static facts about the model.

@@ -5,8 +5,9 @@
 //! and normalized with the checkpoint's `preprocessor_config.json` (mean / std / rescale factor;
 //! the processor's resize and center crop are *not* applied — scenes are rendered directly at
 //! the encoder's input size, and a crop would cut objects off). From that forward pass:
-//! - `patch` `[n, P, D]`: the final layer's patch tokens (after the final norm, prefix tokens —
-//!   CLS, registers — removed), stored as **f16** (halves the cache; relative rounding error
+//! - `patch` `[n, P, D]`: the final layer's patch tokens (after the final norm,
+//!   [`VisionEncoder::final_norm`], which for CLIP is `post_layernorm`; prefix tokens — CLS,
+//!   registers — removed), stored as **f16** (halves the cache; relative rounding error
 //!   ≤ 2⁻¹¹, seen only by the learned fovea);
 //! - `summary` `[n, E]`: the model's summary token ([`VisionReadout::Summary`]: CLS after the
 //!   final norm, SigLIP's MAP head output), f32;
@@ -24,9 +25,10 @@
 //! # Cache layout
 //! `<dir>/manifest.json` (identity of the cache: model weights hash, generator, side, …) and
 //! `<dir>/<set>/shard-00000.safetensors`, … of `shard_size` images each, written atomically; an
-//! interrupted extraction resumes at the first missing shard. A shard holding another number of
-//! images than its range needs (the last shard of a set that has since grown) is extracted again,
-//! so one cache serves runs of different set sizes whose sets are prefixes of each other.
+//! interrupted extraction resumes at the first missing shard. A shard holding fewer images than
+//! its range needs (the last shard of a set that has since grown) is extracted again, and a
+//! longer one is read in part, so one cache serves runs of different set sizes whose sets are
+//! prefixes of each other.
 
 use crate::scene::Scene;
 use bindscope_data::image::{ImageProcessor, RgbImage};
@@ -199,6 +201,20 @@ impl Features {
         self.bbox.extend(other.bbox);
     }
 
+    /// Keeps the first `n` items (no-op when there are at most `n`).
+    pub fn truncate(&mut self, n: usize) {
+        if n >= self.n {
+            return;
+        }
+        self.patch.truncate(n * self.p * self.d);
+        self.summary.truncate(n * self.e);
+        self.gap.truncate(n * self.d);
+        self.oracle.truncate(n * self.d);
+        self.label.truncate(n);
+        self.bbox.truncate(n);
+        self.n = n;
+    }
+
     /// Patch tokens of items `idx` as an f32 tensor `[idx.len(), P, D]` on `device`.
     ///
     /// # Panics
@@ -339,7 +355,9 @@ impl<'a> Extractor<'a> {
         let summary_t = self.model.readout(last, VisionReadout::Summary);
         let [_, t, d] = out.last_hidden_state.dims();
         let prefix = self.model.num_prefix_tokens();
-        let patches_t = out.last_hidden_state.slice([0..n, prefix..t, 0..d]);
+        let patches_t = self
+            .model
+            .final_norm(out.last_hidden_state.slice([0..n, prefix..t, 0..d]));
         let p = t - prefix;
         let patches: Vec<f32> = patches_t
             .into_data()
@@ -605,15 +623,49 @@ impl Cache {
         n.div_ceil(self.shard_size)
     }
 
-    /// Shards of a set of `n` items that still have to be extracted: absent, or holding another
-    /// number of images than their range (`shard_size`, less for the last shard).
+    /// Images of shard `k` in a set of `n` items: `shard_size`, less for the last shard.
+    pub fn shard_items(&self, k: usize, n: usize) -> usize {
+        ((k + 1) * self.shard_size)
+            .min(n)
+            .saturating_sub(k * self.shard_size)
+    }
+
+    /// Shards of a set of `n` items that still have to be extracted: absent, or holding fewer
+    /// images than their range (the last shard of a smaller run). A longer shard (written by a
+    /// larger run) is kept and read in part.
     pub fn missing(&self, set: &str, n: usize) -> Vec<usize> {
         (0..self.num_shards(n))
             .filter(|&k| {
-                let want = ((k + 1) * self.shard_size).min(n) - k * self.shard_size;
-                shard_len(&self.shard_path(set, k)) != Some(want)
+                shard_len(&self.shard_path(set, k)).is_none_or(|got| got < self.shard_items(k, n))
             })
             .collect()
+    }
+
+    /// Shard `k` of a set of `n` items, cut to the images of its range.
+    ///
+    /// # Errors
+    /// [`FeatureError::Cache`] for a missing or short shard, errors of [`read_shard`].
+    pub fn read(
+        &self,
+        set: &str,
+        k: usize,
+        n: usize,
+        with_patches: bool,
+    ) -> Result<Features, FeatureError> {
+        let path = self.shard_path(set, k);
+        if !path.exists() {
+            return Err(cache_err(&path, "shard missing: extraction did not finish"));
+        }
+        let want = self.shard_items(k, n);
+        let mut f = read_shard(&path, with_patches)?;
+        if f.n < want {
+            return Err(cache_err(
+                &path,
+                format!("{} images cached, {want} expected", f.n),
+            ));
+        }
+        f.truncate(want);
+        Ok(f)
     }
 
     /// Extracts the missing shards of a set. `make(range)` builds the items of a range of the
@@ -660,11 +712,7 @@ impl Cache {
         let n = labels.len();
         let mut all = Features::default();
         for k in 0..self.num_shards(n) {
-            let path = self.shard_path(set, k);
-            if !path.exists() {
-                return Err(cache_err(&path, "shard missing: extraction did not finish"));
-            }
-            all.extend(read_shard(&path, with_patches)?);
+            all.extend(self.read(set, k, n, with_patches)?);
         }
         if all.n != n {
             return Err(cache_err(
@@ -723,7 +771,13 @@ mod tests {
         assert_eq!(g.patch, f.patch);
         assert_eq!(
             (g.summary, g.gap, g.oracle, g.label, g.bbox),
-            (f.summary, f.gap, f.oracle, f.label, f.bbox)
+            (
+                f.summary.clone(),
+                f.gap.clone(),
+                f.oracle.clone(),
+                f.label.clone(),
+                f.bbox.clone()
+            )
         );
         assert!(read_shard(&path, false).unwrap().patch.is_empty());
         assert_eq!(shard_len(&path), Some(2));
@@ -749,6 +803,18 @@ mod tests {
         assert!(cache.missing("a", 3).is_empty());
         // The set grows to 4 images: the 1-image last shard is extracted again, shard 0 kept.
         assert_eq!(cache.missing("a", 4), vec![1]);
+        // A smaller set reads the first image of the 2-image shard 0.
+        assert!(cache.missing("a", 1).is_empty());
+        let part = cache.read("a", 0, 1, true).unwrap();
+        assert_eq!(
+            (part.n, part.label.clone(), part.patch.len()),
+            (1, vec![3], 6)
+        );
+        assert_eq!(
+            (part.summary, part.gap, part.bbox.len()),
+            (vec![1.0], vec![0.1, 0.2], 1)
+        );
+        assert!(cache.read("a", 1, 4, false).is_err(), "short shard");
         std::fs::write(&path, b"garbage").unwrap();
         assert_eq!(shard_len(&path), None);
         let err = read_shard(&path, true).unwrap_err().to_string();

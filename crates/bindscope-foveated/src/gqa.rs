@@ -98,14 +98,36 @@ pub enum GqaError {
         detail: String,
     },
     /// An image used by a pair is not in the image directory.
-    #[error("image {image_id} (used by {pairs} pair(s)) not found: {}", path.display())]
+    #[error(
+        "image {image_id} (used by {pairs} pair(s)) not found: {} ({missing} of {needed} images missing)",
+        path.display()
+    )]
     MissingImage {
-        /// The image id.
+        /// The first missing image id.
         image_id: String,
         /// Pairs that need it.
         pairs: usize,
         /// Where it was looked for.
         path: PathBuf,
+        /// Images missing in all.
+        missing: usize,
+        /// Images the pairs need.
+        needed: usize,
+    },
+    /// A decoded image's size differs from its scene graph's `width` × `height`, so the boxes
+    /// would not fit it.
+    #[error("image {image_id}: decoded {got_w}×{got_h} px, the scene graph says {want_w}×{want_h}")]
+    SizeMismatch {
+        /// The image id.
+        image_id: String,
+        /// Decoded width, px.
+        got_w: usize,
+        /// Decoded height, px.
+        got_h: usize,
+        /// Scene-graph width, px.
+        want_w: f64,
+        /// Scene-graph height, px.
+        want_h: f64,
     },
     /// An image could not be decoded.
     #[error(transparent)]
@@ -460,22 +482,26 @@ pub fn image_path(dir: &Path, image_id: &str) -> PathBuf {
 /// Checks that every image of the questions exists.
 ///
 /// # Errors
-/// [`GqaError::MissingImage`] for the first missing image (with the number of missing ones in
-/// the message of the error's pair count).
+/// [`GqaError::MissingImage`] naming the first missing image (in image-id order) and counting
+/// all missing ones.
 pub fn check_images(dir: &Path, questions: &[Question]) -> Result<(), GqaError> {
     let mut pairs_per_image: BTreeMap<&str, usize> = BTreeMap::new();
     for q in questions.iter().step_by(2) {
         *pairs_per_image.entry(q.image_id.as_str()).or_default() += 1;
     }
-    for (id, pairs) in pairs_per_image {
-        let path = image_path(dir, id);
-        if !path.is_file() {
-            return Err(GqaError::MissingImage {
-                image_id: id.to_string(),
-                pairs,
-                path,
-            });
-        }
+    let needed = pairs_per_image.len();
+    let missing: Vec<(&str, usize)> = pairs_per_image
+        .into_iter()
+        .filter(|(id, _)| !image_path(dir, id).is_file())
+        .collect();
+    if let Some(&(id, pairs)) = missing.first() {
+        return Err(GqaError::MissingImage {
+            image_id: id.to_string(),
+            pairs,
+            path: image_path(dir, id),
+            missing: missing.len(),
+            needed,
+        });
     }
     Ok(())
 }
@@ -484,12 +510,22 @@ pub fn check_images(dir: &Path, questions: &[Question]) -> Result<(), GqaError> 
 /// scaled box (in units of the side), and the oracle crop of the box stretched to `side × side`.
 ///
 /// # Errors
-/// Decoding or resizing errors, naming the image.
+/// [`GqaError::SizeMismatch`] when the image is not the scene graph's size; resizing errors.
 pub fn inputs(
     image: &RgbImage,
     q: &Question,
     side: usize,
 ) -> Result<(RgbImage, [f64; 4], RgbImage), GqaError> {
+    let (want_w, want_h) = q.image_size;
+    if image.width as f64 != want_w || image.height as f64 != want_h {
+        return Err(GqaError::SizeMismatch {
+            image_id: q.image_id.clone(),
+            got_w: image.width,
+            got_h: image.height,
+            want_w,
+            want_h,
+        });
+    }
     let full = resize(image, side, side, Filter::Bicubic)?;
     let (w, h) = (image.width as f64, image.height as f64);
     let [x0, y0, x1, y1] = q.bbox;

@@ -159,3 +159,49 @@ fn a_model_without_a_patch_grid_is_a_named_error() {
         "{msg}"
     );
 }
+
+#[test]
+fn clip_patch_tokens_go_through_post_layernorm() {
+    // transformers' CLIP `last_hidden_state` has no final norm; the cached patch tokens (and so
+    // GAP, oracle and the fovea) must be normed like every other model's.
+    let device = Device::flex();
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/clip");
+    let ckpt = Checkpoint::from_dir(dir.to_str().unwrap(), &dir).unwrap();
+    let model =
+        bindscope_models::registry::load_vision(&ckpt, &device, &LoadOptions::default()).unwrap();
+    let proc = ImageProcessor::defaults(ProcessorKind::Clip);
+    let side = 32;
+    let ex = Extractor::new(model.as_ref(), "tiny-clip", proc.clone(), side, &device).unwrap();
+    let its = items(2, side);
+    let f = ex.run(&its).unwrap();
+    assert_eq!((f.n, f.p, f.d), (2, 16, 32));
+    let mut pix = Vec::new();
+    for it in &its {
+        pix.extend(proc.normalize(&it.image).data);
+    }
+    let x = Tensor::<4>::from_data(TensorData::new(pix, [2, 3, side, side]), &device);
+    let to_vec =
+        |t: Tensor<3>| -> Vec<f32> { t.into_data().convert::<f32>().try_to_vec().unwrap() };
+    let normed = to_vec(model.patch_tokens(x.clone()));
+    let out = model.forward_vision(x, bindscope_models::ForwardOptions::default());
+    let raw = to_vec(out.last_hidden_state.slice([0..2, 1..17, 0..32]));
+    let max_dev = |a: &[f32]| -> f32 {
+        f.gap
+            .iter()
+            .enumerate()
+            .map(|(j, g)| {
+                let (i, c) = (j / 32, j % 32);
+                let mean = (0..16).map(|k| a[(i * 16 + k) * 32 + c]).sum::<f32>() / 16.0;
+                (g - mean).abs()
+            })
+            .fold(0.0, f32::max)
+    };
+    assert!(
+        max_dev(&normed) < 1e-5,
+        "gap = mean of the normed patch tokens"
+    );
+    assert!(
+        max_dev(&raw) > 1e-2,
+        "the raw tokens differ, so the check can fail"
+    );
+}

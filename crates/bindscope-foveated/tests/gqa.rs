@@ -196,7 +196,12 @@ fn bad_input_is_named() {
     let graphs = load_scene_graphs(&fixture()).unwrap();
     let out = build_pairs(&graphs, 42, true).unwrap();
     let err = check_images(dir.path(), &out.questions).unwrap_err();
-    assert!(matches!(err, GqaError::MissingImage { .. }));
+    let needed: std::collections::BTreeSet<&str> =
+        out.questions.iter().map(|q| q.image_id.as_str()).collect();
+    assert!(
+        matches!(err, GqaError::MissingImage { missing, needed: n, .. } if missing == n && n == needed.len()),
+        "{err}"
+    );
     assert!(err.to_string().contains("image 1 "), "{err}");
 }
 
@@ -218,6 +223,13 @@ fn inputs_scale_the_box_and_crop_the_target() {
     let graphs = load_scene_graphs(&fixture()).unwrap();
     let mut q = build_pairs(&graphs, 42, true).unwrap().questions[0].clone();
     q.bbox = [10.0, 5.0, 20.0, 15.0];
+    // An image of another size than its scene graph's is refused, naming the image.
+    let err = gqa::inputs(&img, &q, 32).unwrap_err();
+    assert!(
+        matches!(err, GqaError::SizeMismatch { .. }) && err.to_string().contains(&q.image_id),
+        "{err}"
+    );
+    q.image_size = (40.0, 20.0);
     let (full, bbox, crop) = gqa::inputs(&img, &q, 32).unwrap();
     assert_eq!(
         (full.width, full.height, crop.width, crop.height),
