@@ -57,21 +57,43 @@ pub enum TaskArg {
     Gqa,
 }
 
-/// Arguments of `experiments foveated`.
+/// Foveated probes: CSB / CSD scenes and GQA colour pairs, readouts over frozen patch tokens.
 ///
-/// Scenes (CSB / CSD): canvas white, 6-colour palette, 20 shapes (2 class shapes + 18
-/// distractor-only) in canonical orientations; CSB objects have half-extent 0.037 of the side,
-/// CSD targets 0.02; K and λ are drawn per scene and recorded; test scenes get counterfactuals
-/// (CSB: histogram-preserving swaps, 5, 3 or 1 per scene; CSD: the target's shape flipped) and
-/// 16 nuisance variants. Scenes are rendered directly at the encoder's input size (no resize or
-/// crop) and normalized with the checkpoint's preprocessor_config.json.
+/// Scenes (CSB / CSD): white canvas, 6-colour palette, 20 shapes (2 class shapes + 18
+/// distractor-only) in canonical orientations, rendered directly at the encoder's input size
+/// (`--size`, default the processor's output size; no resize or crop) and normalized with the
+/// checkpoint's preprocessor_config.json. Object sizes are fractions of the side (CSB
+/// half-extent 0.037, ≈14 px at 384 and ≈8 px at 224; CSD target 0.02), so a scene is the same
+/// at every resolution, the CSD 14 px margin included (14/384 of the side).
+///
+/// CSB design: class = class shape (circle, triangle) × class colour (red, green, blue); label
+/// `i mod 6`. Five lure groups of Uniform{1,2,3} objects each, the target counting as a member
+/// of its own shape and colour groups (so the shape and colour histograms carry no label);
+/// clutter K ∈ {4, 8, 16, 24} noise objects, each in a class colour with probability
+/// λ ∈ {0.25, 0.5, 0.75} (K and λ drawn per scene and recorded); minimum centre distance twice
+/// the extent, the extent being the circumradius √2·half-extent; an unplaceable distractor is
+/// dropped. CSD design: a black circle or triangle (label `i mod 2`) among K ∈ {2, 4, 8, 16}
+/// black distractors of 1–11.5× its size (size law exponent λ ∈ {0.5, 1, 2}); safety circles
+/// use the circumradius of each object's box (a conservative bound for round shapes);
+/// unplaceable distractors shrink, never drop; a clean K = 0 split. Counterfactuals (CSB: 5, 3
+/// or 1 histogram-preserving swaps; CSD: the target's shape flipped) and the 16 nuisance
+/// variants are made for test scenes, the only ones the metrics use. The crate docs of
+/// bindscope-foveated (csb, csd) give every rule.
 ///
 /// Readouts: gap (mean patch token), summary (CLS / MAP head), oracle (mean of the patches
 /// under the target's box), fovea (one learned query over the patch tokens, no temperature).
-/// Probes: linear, mlp (Linear(D→128)–GELU–Linear(128→C)). Recipe: Adam lr 1e-3 (ε 1e-8, no
-/// weight decay), batch 512, 30 epochs, constant schedule, unweighted cross-entropy, best
-/// validation top-1 checkpoint. Metrics: top-1, counterfactual flip rate, nuisance-to-signal
-/// ratio (Σ nuisance variance / Σ mean squared counterfactual change of the pooled vector).
+/// GQA: gap, summary, oracle (the summary token of the target's box cropped and stretched to
+/// the input size), oracle-box (mean of the patches under the box), and fovea, which on GQA is
+/// the text-conditioned fovea (also accepted as text-fovea). Probes: linear, mlp
+/// (Linear(D→128)–GELU–Linear(128→C); GQA Linear(D→512)–ReLU–Dropout–Linear(512→10)). Recipe:
+/// Adam lr 1e-3 (ε 1e-8, no weight decay), batch 512, 30 epochs, constant schedule, unweighted
+/// cross-entropy, best validation top-1 checkpoint (GQA: weight decay 1e-4, batch 256, 50
+/// epochs, inverse-frequency class weights, best validation paired accuracy). Metrics: top-1,
+/// counterfactual flip rate, nuisance-to-signal ratio (Σ nuisance variance / Σ mean squared
+/// counterfactual change of the pooled vector); GQA: accuracy and paired accuracy.
+///
+/// Features are cached per encoder (independent of the set sizes, so a smaller run fills the
+/// first shards of a larger one) and runs resume.
 #[derive(clap::Args, Debug)]
 pub struct FoveatedArgs {
     /// csb, csd or gqa.
@@ -80,7 +102,8 @@ pub struct FoveatedArgs {
     /// Hugging Face id or local checkpoint directory of the encoder.
     #[arg(long, required_unless_present = "dump_only")]
     model: Option<String>,
-    /// Readouts, comma-separated: gap, summary, oracle, fovea (gqa: text-fovea instead of fovea).
+    /// Readouts, comma-separated: gap, summary, oracle, fovea (gqa also oracle-box; its fovea is
+    /// the text-conditioned one).
     #[arg(
         long,
         value_delimiter = ',',
@@ -111,7 +134,8 @@ pub struct FoveatedArgs {
     /// Test scenes (the first ones) whose 16 nuisance variants are encoded; default: all.
     #[arg(long)]
     nuisance_scenes: Option<usize>,
-    /// Input side in pixels; default: the checkpoint processor's output size (crop size).
+    /// Input side in pixels; default: the checkpoint processor's output size (crop size);
+    /// gqa: 384.
     #[arg(long)]
     size: Option<usize>,
     /// Anti-aliasing: samples per pixel per axis.
@@ -123,7 +147,7 @@ pub struct FoveatedArgs {
     /// Probe epochs (the recipe: 30; GQA 50). Change only for smoke runs.
     #[arg(long)]
     epochs: Option<usize>,
-    /// Fovea attention maps saved per (readout, probe), from the first test scenes.
+    /// Fovea attention maps saved per (readout, probe), from the first test scenes (csb, csd).
     #[arg(long, default_value_t = 6)]
     attention_maps: usize,
     /// Also write the first N scenes of every set as PNG + JSON to `<run>/images/`.

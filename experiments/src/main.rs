@@ -48,7 +48,7 @@ enum Command {
     Embed(embed::EmbedArgs),
     /// Textual attribute–object binding finetuning: triplet data, LoRA, LiNeS, PEFT export.
     Finetune(finetune::FinetuneArgs),
-    /// Foveated probes: CSB / CSD scenes and GQA colour pairs, readouts over frozen patch tokens.
+    // Its about text and the study design shown by `foveated --help` are `FoveatedArgs`' docs.
     Foveated(foveated::FoveatedArgs),
     /// Attribute Binding probe: shape–position binding over synthetic two-object scenes.
     Binding(binding::BindingArgs),

@@ -649,7 +649,9 @@ fn foveated_gqa_runs_end_to_end_and_names_bad_input() {
     assert_eq!(rows.len(), 8, "4 readouts × 2 probes: {results}");
     for r in rows {
         for k in ["test_accuracy", "test_paired_accuracy"] {
-            let v = r[k]["mean"].as_f64().unwrap_or_else(|| panic!("{k} missing: {r}"));
+            let v = r[k]["mean"]
+                .as_f64()
+                .unwrap_or_else(|| panic!("{k} missing: {r}"));
             assert!((0.0..=1.0).contains(&v), "{r}");
         }
     }

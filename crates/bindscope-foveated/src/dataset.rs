@@ -195,7 +195,8 @@ impl Generator {
 }
 
 /// Writes the first `n` scenes of each set as `<dir>/<set>/<k>.png` (rendered at `side` with
-/// `supersample²` samples per pixel) and `<dir>/<set>/<k>.json` (the scene).
+/// `supersample²` samples per pixel) and `<dir>/<set>/<k>.json` (the scene), `k` zero-padded
+/// to five digits (`00000.png`).
 ///
 /// # Errors
 /// I/O errors, naming the file.

@@ -14,9 +14,9 @@
 //!    colour-bearing objects of that name, their colours differ, and their box centres are at
 //!    least 20 px apart along the axis of larger displacement (`|dx| ≥ |dy|`: horizontal, ties
 //!    horizontal). That axis sets the relation: the object with the smaller centre x is *left*,
-//!    the other *right*; vertically the smaller centre y (image y points down) is *top*, the
-//!    other *bottom*. Each member becomes one question, "What color is the {name} on the
-//!    {left|right|top|bottom}?", whose answer is its colour.
+//!    the other *right*; vertically the smaller centre y (image y points down) is *above*, the
+//!    other *below*. Each member becomes one question, "What color is the {name}
+//!    {on the left|on the right|above|below}?", whose answer is its colour.
 //! 3. Pairs are kept only if both answers are among the 10 [`LABELS`] (white, black, blue, red,
 //!    brown, green, gray, yellow, orange, pink); the others are counted in the report.
 //! 4. Images with at least one kept pair are split 80 / 10 / 10 into train / val / test by a
@@ -209,20 +209,20 @@ pub enum Relation {
     Left,
     /// Larger centre x.
     Right,
-    /// Smaller centre y.
-    Top,
+    /// Smaller centre y (image y points down).
+    Above,
     /// Larger centre y.
-    Bottom,
+    Below,
 }
 
 impl Relation {
-    /// The word used in the question.
-    pub fn word(self) -> &'static str {
+    /// The relation's words in the question: "on the left", "on the right", "above", "below".
+    pub fn phrase(self) -> &'static str {
         match self {
-            Relation::Left => "left",
-            Relation::Right => "right",
-            Relation::Top => "top",
-            Relation::Bottom => "bottom",
+            Relation::Left => "on the left",
+            Relation::Right => "on the right",
+            Relation::Above => "above",
+            Relation::Below => "below",
         }
     }
 }
@@ -238,7 +238,7 @@ pub struct Question {
     pub name: String,
     /// Relation to the partner.
     pub relation: Relation,
-    /// "What color is the {name} on the {relation}?".
+    /// "What color is the {name} {on the left | on the right | above | below}?".
     pub text: String,
     /// Answer class (index into [`LABELS`]).
     pub label: usize,
@@ -421,15 +421,15 @@ pub fn build_pairs(
             let (ra, rb) = match (horizontal, if horizontal { dx > 0.0 } else { dy > 0.0 }) {
                 (true, true) => (Relation::Left, Relation::Right),
                 (true, false) => (Relation::Right, Relation::Left),
-                (false, true) => (Relation::Top, Relation::Bottom),
-                (false, false) => (Relation::Bottom, Relation::Top),
+                (false, true) => (Relation::Above, Relation::Below),
+                (false, false) => (Relation::Below, Relation::Above),
             };
             let q = |oid: &str, o: &GqaObject, rel: Relation, label: usize| Question {
                 image_id: id.clone(),
                 object_id: oid.to_string(),
                 name: name.to_string(),
                 relation: rel,
-                text: format!("What color is the {name} on the {}?", rel.word()),
+                text: format!("What color is the {name} {}?", rel.phrase()),
                 label,
                 bbox: [o.x, o.y, o.x + o.w, o.y + o.h],
                 image_size: (g.width, g.height),

@@ -13,7 +13,11 @@
 //!   `z = Σ a_i x_i` (raw patches), with `t` the question's text embedding, `LN` a layer norm
 //!   without affine parameters (ε = 1e-5) used only for the scores, `W_q ∈ R^{d_text×d_patch}`
 //!   initialised `N(0, 0.02²)`, and `T = exp(log T)` with `log T` a parameter initialised at
-//!   `log √d_patch`.
+//!   `log √d_patch`. The study's "log T initialised at √d_patch" is read as "T starts at
+//!   √d_patch" (the usual attention scale): taking `log T = √d_patch` literally would start at
+//!   `T = e^{27.7}` for `d_patch = 768`, every score ≈ 0, uniform attention and a vanishing
+//!   gradient for `W_q`. The layer norms are parameter-free because they only shape the
+//!   scores, which `W_q` already scales per dimension.
 //!
 //! # Probes on `z`
 //! `Linear(D→C)`, or an MLP `Linear(D→H)–act–[Dropout]–Linear(H→C)` (CSB / CSD: `H = 128`,

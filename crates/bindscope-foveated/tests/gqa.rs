@@ -75,8 +75,8 @@ fn builder_applies_every_rule() {
     assert_eq!(
         pair("2"),
         vec![
-            ("20", Relation::Top, label("blue")),
-            ("21", Relation::Bottom, label("red"))
+            ("20", Relation::Above, label("blue")),
+            ("21", Relation::Below, label("red"))
         ]
     );
     assert_eq!(
@@ -106,10 +106,7 @@ fn builder_applies_every_rule() {
     let q = &by_image["1"][0];
     assert_eq!(q.text, "What color is the car on the left?");
     assert_eq!(q.bbox, [5.0, 30.0, 25.0, 40.0]);
-    assert_eq!(
-        by_image["2"][1].text,
-        "What color is the shirt on the bottom?"
-    );
+    assert_eq!(by_image["2"][1].text, "What color is the shirt below?");
 }
 
 #[test]
