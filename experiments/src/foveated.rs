@@ -249,22 +249,14 @@ pub fn run(args: FoveatedArgs, device: &Device, device_spec: &str) -> Result<()>
     }
 
     // Model, input geometry, extractor.
-    let spec = args
-        .model
-        .clone()
-        .expect("clap requires --model without --dump-only");
-    let ckpt = common::resolve(&spec)?;
-    let sha = ckpt.weights_sha256()?;
-    let model: Box<dyn VisionEncoder> =
-        bindscope_models::registry::load_vision(&ckpt, device, &args.model_opts.load_options())
-            .with_context(|| format!("loading vision encoder of '{spec}'"))?;
+    let Encoder {
+        spec,
+        ckpt,
+        sha,
+        model,
+        processor,
+    } = load_encoder(&args, device)?;
     let info = model.info();
-    let processor = match &ckpt.preprocessor_config {
-        Some(p) => ImageProcessor::from_file(p)?,
-        None => {
-            bail!("'{spec}': no preprocessor_config.json, so the pixel normalization is unknown")
-        }
-    };
     let side = match args.size {
         Some(s) => s,
         None => default_side(&processor).with_context(|| format!("'{spec}': pass --size"))?,
@@ -289,19 +281,8 @@ pub fn run(args: FoveatedArgs, device: &Device, device_spec: &str) -> Result<()>
         "model_sha256": sha, "dtype": args.model_opts.dtype, "generator": scene_design,
         "side": side, "supersample": args.supersample, "normalization": normalization,
     });
-    let hash = short_hash(&cache_identity);
-    let cache_root = args
-        .cache_dir
-        .clone()
-        .unwrap_or_else(|| common::runs_root("foveated").join("cache"));
-    let cache_dir = cache_root
-        .join(format!(
-            "{}-{}",
-            common::slug(&spec),
-            &sha[..12.min(sha.len())]
-        ))
-        .join(format!("{}-{hash}", task.name()));
-    let cache = Cache::open(&cache_dir, &cache_identity, 500)?;
+    let cache = open_cache(&args, &spec, &sha, task.name(), &cache_identity)?;
+    let cache_dir = cache.dir.clone();
 
     let epochs = args.epochs.unwrap_or(30);
     let identity = json!({
@@ -701,6 +682,61 @@ fn default_side(p: &ImageProcessor) -> Result<usize> {
         bail!("the processor's output is {h}×{w}, not square");
     }
     Ok(h)
+}
+
+/// The encoder of `--model`: its checkpoint, weights hash, vision tower and processor.
+struct Encoder {
+    spec: String,
+    ckpt: bindscope_core::Checkpoint,
+    sha: String,
+    model: Box<dyn VisionEncoder>,
+    processor: ImageProcessor,
+}
+
+/// Resolves and loads `--model`; a checkpoint without `preprocessor_config.json` is an error
+/// (the pixel normalization would be unknown).
+fn load_encoder(args: &FoveatedArgs, device: &Device) -> Result<Encoder> {
+    let spec = args.model.clone().context("--model is required")?;
+    let ckpt = common::resolve(&spec)?;
+    let sha = ckpt.weights_sha256()?;
+    let model: Box<dyn VisionEncoder> =
+        bindscope_models::registry::load_vision(&ckpt, device, &args.model_opts.load_options())
+            .with_context(|| format!("loading vision encoder of '{spec}'"))?;
+    let processor = match &ckpt.preprocessor_config {
+        Some(p) => ImageProcessor::from_file(p)?,
+        None => {
+            bail!("'{spec}': no preprocessor_config.json, so the pixel normalization is unknown")
+        }
+    };
+    Ok(Encoder {
+        spec,
+        ckpt,
+        sha,
+        model,
+        processor,
+    })
+}
+
+/// Opens the feature cache `<cache root>/<model>-<sha12>/<task>-<hash of identity>`.
+fn open_cache(
+    args: &FoveatedArgs,
+    spec: &str,
+    sha: &str,
+    task: &str,
+    identity: &serde_json::Value,
+) -> Result<Cache> {
+    let root = args
+        .cache_dir
+        .clone()
+        .unwrap_or_else(|| common::runs_root("foveated").join("cache"));
+    let dir = root
+        .join(format!(
+            "{}-{}",
+            common::slug(spec),
+            &sha[..12.min(sha.len())]
+        ))
+        .join(format!("{task}-{}", short_hash(identity)));
+    Ok(Cache::open(&dir, identity, 500)?)
 }
 
 fn short_hash(v: &serde_json::Value) -> String {
@@ -1234,19 +1270,14 @@ fn run_gqa(args: FoveatedArgs, device: &Device, device_spec: &str) -> Result<()>
         pairs.report.pairs, pairs.report.pair_images, pairs.report.pairs_per_split
     );
 
-    let spec = args.model.clone().context("--model is required")?;
-    let ckpt = common::resolve(&spec)?;
-    let sha = ckpt.weights_sha256()?;
-    let model: Box<dyn VisionEncoder> =
-        bindscope_models::registry::load_vision(&ckpt, device, &args.model_opts.load_options())
-            .with_context(|| format!("loading vision encoder of '{spec}'"))?;
+    let Encoder {
+        spec,
+        ckpt,
+        sha,
+        model,
+        processor,
+    } = load_encoder(&args, device)?;
     let info = model.info();
-    let processor = match &ckpt.preprocessor_config {
-        Some(p) => ImageProcessor::from_file(p)?,
-        None => {
-            bail!("'{spec}': no preprocessor_config.json, so the pixel normalization is unknown")
-        }
-    };
     let side = args.size.unwrap_or(384);
     let extractor = Extractor::new(model.as_ref(), &spec, processor.clone(), side, device)?;
     let grid = extractor.grid;
@@ -1256,18 +1287,8 @@ fn run_gqa(args: FoveatedArgs, device: &Device, device_spec: &str) -> Result<()>
     let normalization = json!({ "image_mean": processor.image_mean, "image_std": processor.image_std, "rescale_factor": processor.rescale_factor });
     let cache_identity = json!({ "model_sha256": sha, "dtype": args.model_opts.dtype, "gqa_pairs": pairs_hash,
                                  "gqa_dir": gdir.display().to_string(), "side": side, "normalization": normalization });
-    let cache_root = args
-        .cache_dir
-        .clone()
-        .unwrap_or_else(|| common::runs_root("foveated").join("cache"));
-    let cache_dir = cache_root
-        .join(format!(
-            "{}-{}",
-            common::slug(&spec),
-            &sha[..12.min(sha.len())]
-        ))
-        .join(format!("gqa-{}", short_hash(&cache_identity)));
-    let cache = Cache::open(&cache_dir, &cache_identity, 500)?;
+    let cache = open_cache(&args, &spec, &sha, "gqa", &cache_identity)?;
+    let cache_dir = cache.dir.clone();
     let epochs = args.epochs.unwrap_or(50);
     let identity = json!({
         "study": "foveated", "task": "gqa", "model": spec, "weights_sha256": sha, "gqa_pairs": pairs_hash,
