@@ -40,10 +40,7 @@ fn batch() -> Vec<Triplet> {
 }
 
 fn bench(c: &mut Criterion) {
-    let device = bindscope_core::parse_device(
-        &std::env::var("BURN_DEVICE").unwrap_or_else(|_| "cpu".into()),
-    )
-    .expect("device");
+    let device = bindscope_core::device::test_device();
     let ad = device.autodiff();
     let (ckpt, tok, name) = match std::env::var_os("BINDSCOPE_REAL_MODELS") {
         Some(root) => {

@@ -1,7 +1,8 @@
 //! Output-sketch JER of one 224×224 probe image, k = 32 (one batched backward over 32 copies,
 //! then the SVD), for ViT-S/14 (DINOv2-small config) and ViT-B/16 (CLIP B/16 config), random
-//! weights, on the CPU device. PyTorch counterpart doing the paper's method (`torch.func.jvp`
-//! vmapped over 32 tangents): `benches/pytorch_jer.py`. Results: `benches/README.md`.
+//! weights, on the device `BURN_DEVICE` names (CPU by default). PyTorch counterpart doing the
+//! paper's method (`torch.func.jvp` vmapped over 32 tangents): `benches/pytorch_jer.py`.
+//! Results: `benches/README.md`.
 
 use bindscope_jer::probe::ProbeSpec;
 use bindscope_jer::{Estimator, jer_at};
@@ -20,7 +21,7 @@ fn bench_model(
     model: &dyn VisionEncoder,
     dim: usize,
 ) {
-    let cpu = Device::flex();
+    let device = bindscope_core::device::test_device();
     let spec = ProbeSpec::paper(224, 224);
     let f = |x: Tensor<4>| vec![model.embed(x, VisionReadout::Pooled)];
     g.bench_function(name, |b| {
@@ -34,7 +35,7 @@ fn bench_model(
                 42,
                 0,
                 32,
-                &cpu,
+                &device,
             )
             .expect("jer")
         })
@@ -42,7 +43,7 @@ fn bench_model(
 }
 
 fn jer_sketch(c: &mut Criterion) {
-    let ad = Device::flex().autodiff();
+    let ad = bindscope_core::device::test_device().autodiff();
     let dino_cfg: Dinov2Config =
         serde_json::from_str(include_str!("configs/dinov2-small.json")).expect("config");
     let dino = Dinov2Model::init_random(&dino_cfg, &ad)

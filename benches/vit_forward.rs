@@ -1,5 +1,5 @@
 //! ViT-B/16 forward (CLIP vision tower + projection, the real `openai/clip-vit-base-patch16`
-//! config in `benches/configs/`, random weights), batch 8, 224×224, f32, on the CPU device.
+//! config in `benches/configs/`, random weights), batch 8, 224×224, f32, on the device `BURN_DEVICE` names (CPU by default).
 //! PyTorch counterpart: `benches/pytorch_vit_forward.py`. Results: `benches/README.md`.
 
 use bindscope_models::clip::{ClipConfig, ClipVisionModel};
@@ -10,7 +10,7 @@ use std::path::Path;
 use std::time::Duration;
 
 fn vit_b16_forward(c: &mut Criterion) {
-    let device = Device::flex();
+    let device = bindscope_core::device::test_device();
     let cfg: ClipConfig =
         serde_json::from_str(include_str!("configs/clip-vit-base-patch16.json")).expect("config");
     let file = Path::new("benches/configs/clip-vit-base-patch16.json");

@@ -35,11 +35,11 @@ fn relative_error(a: &[f32], b: &[f32]) -> f32 {
 
 #[test]
 fn input_sketch_matches_torch_jvp_and_finite_differences() {
-    let ad = Device::flex().autodiff();
+    let ad = bindscope_core::device::test_device().autodiff();
     let m = model(&ad);
     let r = Reference::open("jer");
     let x = r.tensor::<4>("x", &ad);
-    let v = r.tensor::<2>("V", &Device::flex());
+    let v = r.tensor::<2>("V", &bindscope_core::device::test_device());
     let f = |x: Tensor<4>| vec![m.embed(x, VisionReadout::Summary)];
     for chunk in [16, 5] {
         let jv = host(input_sketch(&f, &x, 0, 16, v.clone(), chunk).unwrap());
@@ -58,11 +58,11 @@ fn input_sketch_matches_torch_jvp_and_finite_differences() {
 
 #[test]
 fn output_sketch_matches_torch_vjp_and_finite_differences() {
-    let ad = Device::flex().autodiff();
+    let ad = bindscope_core::device::test_device().autodiff();
     let m = model(&ad);
     let r = Reference::open("jer");
     let x = r.tensor::<4>("x", &ad);
-    let g = r.tensor::<2>("G", &Device::flex());
+    let g = r.tensor::<2>("G", &bindscope_core::device::test_device());
     let f = |x: Tensor<4>| vec![m.embed(x, VisionReadout::Summary)];
     // One chunk holding every direction, and chunks that split them: same numbers.
     for chunk in [4, 3, 1] {
@@ -82,7 +82,7 @@ fn output_sketch_matches_torch_vjp_and_finite_differences() {
 
 #[test]
 fn estimators_agree_in_distribution() {
-    let cpu = Device::flex();
+    let cpu = bindscope_core::device::test_device();
     let m = model(&cpu.clone().autodiff());
     let f = |x: Tensor<4>| vec![m.embed(x, VisionReadout::Summary)];
     let spec = ProbeSpec::paper(16, 16);
@@ -111,7 +111,7 @@ fn estimators_agree_in_distribution() {
 
 #[test]
 fn jer_is_deterministic_per_seed_and_image() {
-    let cpu = Device::flex();
+    let cpu = bindscope_core::device::test_device();
     let m = model(&cpu.clone().autodiff());
     let f = |x: Tensor<4>| vec![m.embed(x, VisionReadout::Summary)];
     let spec = ProbeSpec::paper(16, 16);
@@ -132,7 +132,7 @@ fn jer_is_deterministic_per_seed_and_image() {
 
 #[test]
 fn bad_directions_and_non_finite_jacobians_are_errors() {
-    let cpu = Device::flex();
+    let cpu = bindscope_core::device::test_device();
     let m = model(&cpu.clone().autodiff());
     let f = |x: Tensor<4>| vec![m.embed(x, VisionReadout::Summary)];
     let spec = ProbeSpec::paper(16, 16);

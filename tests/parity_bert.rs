@@ -15,7 +15,7 @@ use std::path::PathBuf;
 const TOL: f32 = 1e-4;
 
 fn device() -> Device {
-    Device::flex()
+    bindscope_core::device::test_device()
 }
 
 fn load(dir: &std::path::Path, opts: &LoadOptions) -> Result<BertModel, ModelError> {

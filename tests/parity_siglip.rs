@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 const TOL: f32 = 1e-4;
 
 fn device() -> Device {
-    Device::flex()
+    bindscope_core::device::test_device()
 }
 
 fn ckpt(dir: &Path) -> Checkpoint {

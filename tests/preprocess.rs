@@ -12,7 +12,6 @@ use bindscope_data::image::{
     Alpha, DecodeOptions, ImageError, ImageProcessor, ProcessorKind, ResizeTo, RgbImage,
     decode_file, exif_orientation, load_dir,
 };
-use burn::prelude::*;
 use common::fixture;
 use std::path::PathBuf;
 
@@ -192,7 +191,7 @@ fn exif_orientation_all_eight_values() {
 #[test]
 fn pixel_values_match_transformers_slow_processors() {
     let fx = Fixture::open();
-    let device = Device::flex();
+    let device = bindscope_core::device::test_device();
     let mut checked = 0;
     for proc_name in PROCESSORS {
         let cfg = fixture("images")

@@ -95,7 +95,7 @@ fn real_dinov2_small_matches_transformers() {
         return;
     };
     let model_dir = std::path::Path::new(&dir).join("dinov2-small-imgfocus");
-    let device = Device::flex();
+    let device = bindscope_core::device::test_device();
     let ckpt =
         Checkpoint::from_dir("dinov2-small-imgfocus", &model_dir).unwrap_or_else(|e| panic!("{e}"));
     let model = Dinov2Model::load(&ckpt, &device, &LoadOptions::default())

@@ -10,7 +10,6 @@ use bindscope_core::{Checkpoint, LoadOptions};
 use bindscope_data::text::{TextPolicy, Tokenizer};
 use bindscope_models::TextEncoder;
 use bindscope_models::bert::BertModel;
-use burn::prelude::*;
 use std::path::PathBuf;
 
 /// `tests/fixtures/real/minilm_l6_v2.safetensors`: (shape, raw little-endian bytes) of `key`.
@@ -49,7 +48,7 @@ fn real_minilm_sentence_embeddings_match_transformers() {
         return;
     };
     let dir = PathBuf::from(root).join("minilm-l6-v2");
-    let device = Device::flex();
+    let device = bindscope_core::device::test_device();
     let ckpt =
         Checkpoint::from_dir(&dir.display().to_string(), &dir).expect("real MiniLM checkpoint");
     let model = BertModel::load(&ckpt, &device, &LoadOptions::default()).expect("strict load");

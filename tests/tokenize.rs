@@ -8,7 +8,6 @@
 mod common;
 
 use bindscope_data::text::{Padding, TextError, TextFamily, TextPolicy, Tokenizer};
-use burn::prelude::*;
 use common::fixture;
 use serde_json::Value;
 use std::path::PathBuf;
@@ -148,7 +147,7 @@ fn encoded_batch_converts_to_tensors() {
     )
     .unwrap();
     let enc = tok.encode_batch(&["a", "a b c"]).unwrap();
-    let (ids, mask) = enc.tensors(&Device::flex());
+    let (ids, mask) = enc.tensors(&bindscope_core::device::test_device());
     assert_eq!(ids.dims(), [2, 5]);
     assert_eq!(mask.dims(), [2, 5]);
     let flat: Vec<i64> = ids

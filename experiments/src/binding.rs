@@ -252,11 +252,8 @@ pub fn embed_images(
     let x = Tensor::<4>::from_data(TensorData::new(batch.data, [n, c, h, w]), device);
     let e = model.embed(x, output);
     let d = e.dims()[1];
-    let v = e
-        .into_data()
-        .convert::<f32>()
-        .try_into_vec::<f32>()
-        .map_err(|e| anyhow!("{e:?}"))?;
+    let v = bindscope_core::device::to_host_f32(e)
+        .with_context(|| format!("embedding a batch of {n} images (--batch-size)"))?;
     Ok(v.chunks(d).map(<[f32]>::to_vec).collect())
 }
 

@@ -102,13 +102,6 @@ pub fn run(args: EmbedArgs, device: &Device) -> Result<()> {
     Ok(())
 }
 
-fn host(t: Tensor<2>) -> Vec<f32> {
-    t.into_data()
-        .convert::<f32>()
-        .try_to_vec::<f32>()
-        .expect("f32 data")
-}
-
 fn embed_texts(
     ckpt: &bindscope_core::Checkpoint,
     path: &Path,
@@ -139,7 +132,9 @@ fn embed_texts(
         let (ids, mask) = tok.encode_batch(&refs)?.tensors(device);
         let e = model.embed_text(ids, mask);
         dim = e.dims()[1];
-        rows.extend(host(e));
+        rows.extend(
+            bindscope_core::device::to_host_f32(e).context("embedding a batch (--batch-size)")?,
+        );
         pb.inc(batch.len() as u64);
     }
     pb.finish_and_clear();
@@ -213,7 +208,9 @@ fn embed_images(
         let x = processor.pixel_values(&imgs, device)?;
         let e = model.embed(x, args.output);
         dim = e.dims()[1];
-        rows.extend(host(e));
+        rows.extend(
+            bindscope_core::device::to_host_f32(e).context("embedding a batch (--batch-size)")?,
+        );
         pb.inc(batch.len() as u64);
     }
     pb.finish_and_clear();

@@ -648,11 +648,7 @@ fn train_tower<M: TunableText>(
         .max()
         .into_scalar::<f32>();
     let [_, e] = ours.dims();
-    let flat = ours
-        .into_data()
-        .convert::<f32>()
-        .try_to_vec::<f32>()
-        .map_err(|e| anyhow!("{e:?}"))?;
+    let flat = bindscope_core::device::to_host_f32(ours)?;
     let probe_json = serde_json::json!({
         "texts": probe,
         "embeddings": flat.chunks(e).collect::<Vec<_>>(),

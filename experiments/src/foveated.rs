@@ -1403,12 +1403,7 @@ fn run_gqa(args: FoveatedArgs, device: &Device, device_spec: &str) -> Result<()>
                 let (ids, mask) = tok.encode_batch(&texts)?.tensors(device);
                 let e = text_model.embed_text(ids, mask);
                 dim = e.dims()[1];
-                rows.extend(
-                    e.into_data()
-                        .convert::<f32>()
-                        .try_to_vec::<f32>()
-                        .map_err(|e| anyhow!("{e:?}"))?,
-                );
+                rows.extend(bindscope_core::device::to_host_f32(e)?);
             }
             write_text_embeddings(
                 &cache.dir.join(format!("text-{}.safetensors", s.name())),

@@ -6,8 +6,9 @@
 //! cargo run --release -p experiments -- embed --model openai/clip-vit-base-patch32 --images a.jpg b.png --out emb.safetensors
 //! ```
 //!
-//! `--device cpu|cuda[:N]|wgpu[:N]` (or `BURN_DEVICE`) picks the device; `cuda` and `wgpu` need
-//! the cargo features of the same name.
+//! `--device cpu|cuda[:N]|wgpu[:N]|wgpu:integrated[:N]|wgpu:cpu` (or `BURN_DEVICE`) picks the
+//! device; `cuda` and `wgpu` need the cargo features of the same name. `experiments devices`
+//! lists what this build and machine can use.
 
 mod binding;
 mod common;
@@ -31,7 +32,8 @@ use clap::{Parser, Subcommand};
     about = "bindscope studies: what vision and vision–language embeddings keep"
 )]
 struct Cli {
-    /// Device: cpu (burn flex), cuda[:N], wgpu[:N].
+    /// Device: cpu (burn flex), cuda[:N], wgpu (the best adapter), wgpu:N (discrete GPU N),
+    /// wgpu:integrated[:N], wgpu:virtual[:N], wgpu:cpu (software adapter). `devices` lists them.
     #[arg(long, global = true, env = "BURN_DEVICE", default_value = "cpu")]
     device: String,
     #[command(subcommand)]
@@ -62,29 +64,73 @@ enum Command {
     Correlate(correlate::CorrelateArgs),
     /// SABER attribute–object binding benchmark: generate the items, evaluate an encoder.
     Saber(saber::SaberArgs),
+    /// The devices this build and machine can use: backend, adapter name and type.
+    Devices,
 }
 
 fn main() {
     keep_freed_memory();
     let cli = Cli::parse();
-    let result = bindscope_core::parse_device(&cli.device)
+    if let Command::Devices = cli.command {
+        print_devices();
+        return;
+    }
+    // Acquired before any work: a missing device leaves no run directory behind.
+    let result = bindscope_core::open_device(&cli.device)
         .map_err(anyhow::Error::from)
-        .and_then(|device| match cli.command {
-            Command::Jer(a) => jer::run(a, &device, &cli.device),
-            Command::Info(a) => info::run(a, &device, &cli.device),
-            Command::Embed(a) => embed::run(a, &device),
-            Command::Finetune(a) => finetune::run(a, &device, &cli.device),
-            Command::Foveated(a) => foveated::run(a, &device, &cli.device),
-            Command::Binding(a) => binding::run_binding_cmd(a, &device, &cli.device),
-            Command::Samediff(a) => binding::run_samediff_cmd(a, &device, &cli.device),
-            Command::Geometry(a) => geometry::run(a, &device, &cli.device),
-            Command::ProbeAll(a) => probe_all::run(a, &device, &cli.device),
-            Command::Correlate(a) => correlate::run(a),
-            Command::Saber(a) => saber::run(a, &device, &cli.device),
+        .and_then(|device| {
+            let done = match cli.command {
+                Command::Jer(a) => jer::run(a, &device, &cli.device),
+                Command::Info(a) => info::run(a, &device, &cli.device),
+                Command::Embed(a) => embed::run(a, &device),
+                Command::Finetune(a) => finetune::run(a, &device, &cli.device),
+                Command::Foveated(a) => foveated::run(a, &device, &cli.device),
+                Command::Binding(a) => binding::run_binding_cmd(a, &device, &cli.device),
+                Command::Samediff(a) => binding::run_samediff_cmd(a, &device, &cli.device),
+                Command::Geometry(a) => geometry::run(a, &device, &cli.device),
+                Command::ProbeAll(a) => probe_all::run(a, &device, &cli.device),
+                Command::Correlate(a) => correlate::run(a),
+                Command::Saber(a) => saber::run(a, &device, &cli.device),
+                Command::Devices => unreachable!("handled above"),
+            };
+            // Let queued GPU work finish before the process exits: a driver still compiling a
+            // kernel on its own thread when the process tears down can crash (seen with Mesa
+            // lavapipe: SIGSEGV in LLVM's code generator at exit).
+            let _ = device.sync();
+            done
         });
     if let Err(e) = result {
         eprintln!("error: {}", error_text(&e));
         std::process::exit(1);
+    }
+}
+
+/// `experiments devices`: one line per device, `SPEC  NAME  (KIND)`, then the backends this
+/// binary was built without.
+fn print_devices() {
+    let devices = bindscope_core::device::list_devices();
+    let width = devices
+        .iter()
+        .map(|d| d.spec.to_string().len())
+        .max()
+        .unwrap_or(0);
+    for d in &devices {
+        println!("{:<width$}  {}  ({})", d.spec.to_string(), d.name, d.kind);
+    }
+    let missing: Vec<&str> = [
+        ("cuda", cfg!(feature = "cuda")),
+        ("wgpu", cfg!(feature = "wgpu")),
+    ]
+    .into_iter()
+    .filter(|(_, on)| !on)
+    .map(|(f, _)| f)
+    .collect();
+    if !missing.is_empty() {
+        println!(
+            "(built without {}: rebuild with `--features {}` to use them)",
+            missing.join(", "),
+            missing.join(",")
+        );
     }
 }
 

@@ -54,6 +54,26 @@ fn json(p: &Path) -> serde_json::Value {
     .unwrap()
 }
 
+/// The JER fixture with a `preprocessor_config.json` that resizes photos to 32×32 (ImageNet
+/// mean / std), for `--preprocess model`: the default ImageNet path crops 224 px, which gives the
+/// fixture's 4-px patches 3,137 tokens and one image an attention map of 157 MB, past the 128 MiB
+/// storage-buffer limit of Mesa's lavapipe where attention is materialised (wgpu).
+fn small_input_model(dir: &Path) -> PathBuf {
+    let m = dir.join("model");
+    std::fs::create_dir_all(&m).unwrap();
+    for f in ["config.json", "model.safetensors"] {
+        std::fs::copy(root().join("tests/fixtures/jer").join(f), m.join(f)).unwrap();
+    }
+    let processor = serde_json::json!({
+        "image_processor_type": "ViTImageProcessor",
+        "do_resize": true, "size": {"height": 32, "width": 32}, "resample": 2,
+        "do_rescale": true, "rescale_factor": 1.0 / 255.0,
+        "do_normalize": true, "image_mean": [0.485, 0.456, 0.406], "image_std": [0.229, 0.224, 0.225]
+    });
+    std::fs::write(m.join("preprocessor_config.json"), processor.to_string()).unwrap();
+    m
+}
+
 /// Small sizes: 48-pixel scenes, 40 trials / pairs, 2 JER images at 16×16.
 const SMALL: &[&str] = &[
     "--image-size",
@@ -81,7 +101,7 @@ const SMALL: &[&str] = &[
 #[test]
 fn probe_all_writes_a_row_resumes_and_refuses_other_configs() {
     let dir = scratch("probe");
-    let model = root().join("tests/fixtures/jer").display().to_string();
+    let model = small_input_model(&dir).display().to_string();
     let scenes = dir.join("scenes");
     let out = dir.join("run");
     let (s, o) = (scenes.display().to_string(), out.display().to_string());
@@ -103,6 +123,8 @@ fn probe_all_writes_a_row_resumes_and_refuses_other_configs() {
         "20",
         "--k",
         "8,16",
+        "--preprocess",
+        "model",
         "--out",
         &o,
     ]);
@@ -236,6 +258,8 @@ fn probe_all_writes_a_row_resumes_and_refuses_other_configs() {
             "20",
             "--k",
             "8,16",
+            "--preprocess",
+            "model",
             "--out",
             &g,
         ],

@@ -1,7 +1,8 @@
 //! # bindscope-core
 //!
 //! What every study needs before it touches a model:
-//! - [`device`]: parse `--device cpu|cuda[:N]|wgpu[:N]` (or `BURN_DEVICE`) into a burn [`Device`](burn::tensor::Device);
+//! - [`device`]: parse and acquire `--device cpu|cuda[:N]|wgpu[:…]` (or `BURN_DEVICE`) as a burn
+//!   [`Device`](burn::tensor::Device), list the devices a build can use, and give the test suite its device;
 //! - [`checkpoint`]: resolve a Hugging Face id or a local directory in HF layout to its files;
 //! - [`load`]: strict safetensors loading through burn-store, with every missing key, unexpected
 //!   key and shape mismatch reported by name in one error;
@@ -13,5 +14,5 @@ pub mod fsutil;
 pub mod load;
 
 pub use checkpoint::{Checkpoint, CheckpointError};
-pub use device::{DeviceError, parse_device};
+pub use device::{DeviceError, DeviceSpec, open_device, parse_device};
 pub use load::{LoadError, LoadOptions, load_strict};

@@ -61,6 +61,9 @@ pub enum FeatureError {
     /// An input item could not be built (e.g. an image failed to decode).
     #[error("{0}")]
     Input(String),
+    /// The encoder failed on its device (on a GPU, most often memory).
+    #[error(transparent)]
+    Device(#[from] bindscope_core::device::ReadError),
     /// I/O error.
     #[error("{}: {source}", path.display())]
     Io {
@@ -359,17 +362,9 @@ impl<'a> Extractor<'a> {
             .model
             .final_norm(out.last_hidden_state.slice([0..n, prefix..t, 0..d]));
         let p = t - prefix;
-        let patches: Vec<f32> = patches_t
-            .into_data()
-            .convert::<f32>()
-            .try_to_vec::<f32>()
-            .expect("f32 data");
+        let patches: Vec<f32> = bindscope_core::device::to_host_f32(patches_t)?;
         let e = summary_t.dims()[1];
-        let summary: Vec<f32> = summary_t
-            .into_data()
-            .convert::<f32>()
-            .try_to_vec::<f32>()
-            .expect("f32 data");
+        let summary: Vec<f32> = bindscope_core::device::to_host_f32(summary_t)?;
         let mut gap = vec![0f32; n * d];
         let mut oracle = vec![0f32; n * d];
         for (i, it) in items.iter().enumerate() {

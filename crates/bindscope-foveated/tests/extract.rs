@@ -7,7 +7,7 @@ use bindscope_foveated::csb::CsbConfig;
 use bindscope_foveated::features::{Cache, Extractor, FeatureError, Item, oracle_patches};
 use bindscope_foveated::split::Split;
 use bindscope_models::VisionReadout;
-use burn::tensor::{Device, Tensor, TensorData};
+use burn::tensor::{Tensor, TensorData};
 use std::path::PathBuf;
 
 fn checkpoint() -> Checkpoint {
@@ -24,7 +24,7 @@ fn items(n: usize, side: usize) -> Vec<Item> {
 
 #[test]
 fn extraction_matches_the_readout_definitions_and_resumes() {
-    let device = Device::flex();
+    let device = bindscope_core::device::test_device();
     let ckpt = checkpoint();
     let model =
         bindscope_models::registry::load_vision(&ckpt, &device, &LoadOptions::default()).unwrap();
@@ -140,7 +140,7 @@ fn extraction_matches_the_readout_definitions_and_resumes() {
 
 #[test]
 fn a_model_without_a_patch_grid_is_a_named_error() {
-    let device = Device::flex();
+    let device = bindscope_core::device::test_device();
     let ckpt = checkpoint();
     let model =
         bindscope_models::registry::load_vision(&ckpt, &device, &LoadOptions::default()).unwrap();
@@ -164,7 +164,7 @@ fn a_model_without_a_patch_grid_is_a_named_error() {
 fn clip_patch_tokens_go_through_post_layernorm() {
     // transformers' CLIP `last_hidden_state` has no final norm; the cached patch tokens (and so
     // GAP, oracle and the fovea) must be normed like every other model's.
-    let device = Device::flex();
+    let device = bindscope_core::device::test_device();
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/clip");
     let ckpt = Checkpoint::from_dir(dir.to_str().unwrap(), &dir).unwrap();
     let model =

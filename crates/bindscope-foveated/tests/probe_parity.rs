@@ -1,7 +1,9 @@
 //! The fovea and text-fovea probes against PyTorch: attention, logits, (weighted) cross-entropy
 //! and the gradient of the loss with respect to every parameter, for fixed inputs and
 //! parameters. Reference: `tests/fixtures/probe_reference.py` (torch, float64, stored as f32).
-//! Tolerance: 1e-5 absolute on every tensor.
+//! Tolerance: 1e-5 absolute on every tensor on the CPU; 1e-4 on a GPU backend (`BURN_DEVICE`),
+//! whose reductions sum in another order (workgroup trees) and whose `exp`/`log` are the
+//! shader's: the query gradient, a sum over every item and patch, is 4.3e-5 off on lavapipe.
 
 use bindscope_foveated::probe::{Act, HeadSpec, Input, PoolSpec, Probe, cross_entropy};
 use burn::module::Param;
@@ -10,7 +12,13 @@ use safetensors::SafeTensors;
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-const TOL: f32 = 1e-5;
+fn tol() -> f32 {
+    if bindscope_core::device::testing_on_accelerator() {
+        1e-4
+    } else {
+        1e-5
+    }
+}
 
 struct Reference {
     tensors: HashMap<String, (Vec<usize>, Vec<f32>)>,
@@ -90,7 +98,8 @@ fn assert_close<const D: usize>(what: &str, got: Tensor<D>, want: &(Vec<usize>, 
         .zip(&want.1)
         .map(|(a, b)| (a - b).abs())
         .fold(0f32, f32::max);
-    assert!(err <= TOL, "{what}: max abs error {err} > {TOL}");
+    let tol = tol();
+    assert!(err <= tol, "{what}: max abs error {err} > {tol}");
 }
 
 fn grad<const D: usize>(p: &Param<Tensor<D>>, grads: &burn::tensor::Gradients) -> Tensor<D> {
@@ -100,7 +109,7 @@ fn grad<const D: usize>(p: &Param<Tensor<D>>, grads: &burn::tensor::Gradients) -
 #[test]
 fn fovea_mlp_matches_pytorch() {
     let r = reference();
-    let device = Device::flex().autodiff();
+    let device = bindscope_core::device::test_device().autodiff();
     let (b, c) = (r.labels.len(), r.get("fovea.logits").0[1]);
     let dims = &r.get("x").0;
     let (d, hidden) = (dims[2], r.get("fovea.fc1.bias").0[0]);
@@ -155,7 +164,7 @@ fn fovea_mlp_matches_pytorch() {
 #[test]
 fn text_fovea_mlp_with_class_weights_matches_pytorch() {
     let r = reference();
-    let device = Device::flex().autodiff();
+    let device = bindscope_core::device::test_device().autodiff();
     let c = r.get("text.logits").0[1];
     let d = r.get("x").0[2];
     let d_text = r.get("t").0[1];

@@ -4,7 +4,7 @@ use bindscope_foveated::features::Features;
 use bindscope_foveated::probe::{
     Data, HeadSpec, PoolSpec, TrainConfig, cross_entropy, predict, top1, train,
 };
-use burn::tensor::{Device, Tensor, TensorData, f16};
+use burn::tensor::{Tensor, TensorData, f16};
 use rand::Rng;
 
 fn gauss<R: Rng>(rng: &mut R) -> f32 {
@@ -61,7 +61,7 @@ fn cfg(seed: u64, epochs: usize, batch: usize, lr: f64) -> TrainConfig {
 /// study's size reaches ~100 % on separable data.
 #[test]
 fn linear_probe_separates_blobs() {
-    let device = Device::flex();
+    let device = bindscope_core::device::test_device();
     let (xt, yt) = blobs(6000, 6, 16, 1);
     let (xv, yv) = blobs(300, 6, 16, 2);
     let (xs, ys) = blobs(300, 6, 16, 3);
@@ -101,7 +101,7 @@ fn linear_probe_separates_blobs() {
 
 #[test]
 fn mlp_solves_xor_that_linear_cannot() {
-    let device = Device::flex();
+    let device = bindscope_core::device::test_device();
     let (xt, yt) = xor(2000, 8, 1);
     let (xv, yv) = xor(500, 8, 2);
     let (tr, va) = (
@@ -178,7 +178,7 @@ fn marked_patches(n: usize, p: usize, classes: usize, seed: u64) -> Features {
 
 #[test]
 fn fovea_finds_the_marked_patch() {
-    let device = Device::flex();
+    let device = bindscope_core::device::test_device();
     let (p, c) = (12, 4);
     let ft = marked_patches(1200, p, c, 1);
     let fv = marked_patches(400, p, c, 2);
@@ -235,7 +235,7 @@ fn fovea_finds_the_marked_patch() {
 
 #[test]
 fn training_is_deterministic_per_seed() {
-    let device = Device::flex();
+    let device = bindscope_core::device::test_device();
     let (xt, yt) = blobs(200, 3, 8, 1);
     let (xv, yv) = blobs(100, 3, 8, 2);
     let (tr, va) = (
@@ -263,7 +263,7 @@ fn training_is_deterministic_per_seed() {
 
 #[test]
 fn cross_entropy_matches_hand_values() {
-    let device = Device::flex();
+    let device = bindscope_core::device::test_device();
     // Row 0: p = (1/4, 3/4), y = 0 → ln 4. Row 1: p = (1/2, 1/2), y = 1 → ln 2.
     let logits = Tensor::<2>::from_data(
         TensorData::new(vec![0.0, 3f32.ln(), 0.0, 0.0], [2, 2]),

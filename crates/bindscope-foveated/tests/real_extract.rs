@@ -6,7 +6,6 @@ use bindscope_data::image::ImageProcessor;
 use bindscope_foveated::csb::CsbConfig;
 use bindscope_foveated::features::{Extractor, Item};
 use bindscope_foveated::split::Split;
-use burn::tensor::Device;
 use std::time::Instant;
 
 #[test]
@@ -19,7 +18,7 @@ fn real_dinov2_extraction_rate() {
     };
     let dir = std::path::Path::new(&root).join("dinov2-small-imgfocus");
     let ckpt = Checkpoint::from_dir(dir.to_str().unwrap(), &dir).unwrap();
-    let device = Device::flex();
+    let device = bindscope_core::device::test_device();
     let model =
         bindscope_models::registry::load_vision(&ckpt, &device, &LoadOptions::default()).unwrap();
     let proc = ImageProcessor::from_file(ckpt.preprocessor_config.as_ref().unwrap()).unwrap();

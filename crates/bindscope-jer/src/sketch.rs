@@ -66,6 +66,9 @@ pub enum JerError {
     /// SVD failure.
     #[error("{0}")]
     Svd(String),
+    /// The computation failed on its device (on a GPU, most often memory: see `--chunk`).
+    #[error("{0} (--chunk bounds how many copies are differentiated at once)")]
+    Device(#[from] bindscope_core::device::ReadError),
 }
 
 /// One VJP request: `vectorᵀ · J_output(x)`.
@@ -158,7 +161,7 @@ pub fn output_sketch(
     chunk: usize,
 ) -> Result<Tensor<2>, JerError> {
     let [d, k] = g.dims();
-    let g = host(g);
+    let g = host(g)?;
     let seeds: Vec<Seed> = (0..k)
         .map(|j| Seed {
             output,
@@ -225,11 +228,8 @@ impl OutputSpectrum {
     }
 }
 
-fn host(t: Tensor<2>) -> Vec<f32> {
-    t.into_data()
-        .convert::<f32>()
-        .try_to_vec::<f32>()
-        .expect("f32 data")
+fn host(t: Tensor<2>) -> Result<Vec<f32>, JerError> {
+    Ok(bindscope_core::device::to_host_f32(t)?)
 }
 
 /// Computes the sketch spectra of every output of `f` at probe image `image`.
@@ -284,7 +284,7 @@ pub fn jer_at(
                 (input_sketch(f, &x, o, d, v, chunk)?, d, k)
             }
         };
-        let s = host(sketch);
+        let s = host(sketch)?;
         if s.iter().any(|v| !v.is_finite()) {
             return Err(JerError::NonFinite { image, output: o });
         }

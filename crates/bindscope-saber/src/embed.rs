@@ -136,20 +136,19 @@ pub struct EncoderEmbedder<'a> {
 }
 
 /// `[N, E]` tensor → rows on the host.
-pub fn host_rows(t: Tensor<2>) -> Vec<Vec<f32>> {
+///
+/// # Errors
+/// [`ReadError`](bindscope_core::device::ReadError) when the computation failed on its device.
+pub fn host_rows(t: Tensor<2>) -> Result<Vec<Vec<f32>>, bindscope_core::device::ReadError> {
     let [n, e] = t.dims();
-    let flat = t
-        .into_data()
-        .convert::<f32>()
-        .try_to_vec::<f32>()
-        .expect("f32 data");
-    (0..n).map(|i| flat[i * e..(i + 1) * e].to_vec()).collect()
+    let flat = bindscope_core::device::to_host_f32(t)?;
+    Ok((0..n).map(|i| flat[i * e..(i + 1) * e].to_vec()).collect())
 }
 
 impl TextEmbed for EncoderEmbedder<'_> {
     fn embed_batch(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, SaberError> {
         let (ids, mask) = self.tokenizer.encode_batch(texts)?.tensors(self.device);
-        Ok(host_rows(self.model.embed_text(ids, mask)))
+        Ok(host_rows(self.model.embed_text(ids, mask))?)
     }
 }
 
@@ -364,7 +363,7 @@ pub fn embed_item_images(
                 data,
             }
             .to_tensor(device);
-            let rows = host_rows(model.embed(x, VisionReadout::Pooled));
+            let rows = host_rows(model.embed(x, VisionReadout::Pooled))?;
             for (id, r) in ids.iter().zip(&rows) {
                 table.insert(id, r);
             }

@@ -93,6 +93,9 @@ pub enum SaberError {
     /// A model could not be loaded.
     #[error(transparent)]
     Model(#[from] bindscope_models::ModelError),
+    /// A computation failed on its device (on a GPU, most often memory).
+    #[error(transparent)]
+    Device(#[from] bindscope_core::device::ReadError),
     /// Anything else, with its explanation.
     #[error("{0}")]
     Invalid(String),

@@ -17,7 +17,6 @@ use bindscope_saber::generate::{GenerateConfig, McqItem, Source, generate};
 use bindscope_saber::jsonl::{parse_items, write_items};
 use bindscope_saber::report::{InputSummary, write_run};
 use bindscope_saber::vocab::Vocabulary;
-use burn::prelude::*;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -74,7 +73,7 @@ fn text_pairing(out: &EvalOutput) -> &PairingResults {
 
 #[test]
 fn tiny_bert_end_to_end_with_report_and_bad_rows() {
-    let device = Device::flex();
+    let device = bindscope_core::device::test_device();
     let dir = tempfile::tempdir().unwrap();
     let bert = repo().join("tests/fixtures/bert");
     let ckpt = Checkpoint::from_dir("tiny-bert", &bert).unwrap();
@@ -165,7 +164,7 @@ fn tiny_bert_end_to_end_with_report_and_bad_rows() {
     for it in read.items.iter().step_by(197) {
         let single = |t: &str| {
             let (ids, mask) = tok.encode_batch(&[t]).unwrap().tensors(&device);
-            host_rows(model.embed_text(ids, mask)).remove(0)
+            host_rows(model.embed_text(ids, mask)).unwrap().remove(0)
         };
         let q = single(&it.query.text);
         let row = out.rows.iter().find(|r| r.id == it.id).unwrap();
@@ -407,7 +406,7 @@ fn binding_blind_bag_of_words_ties_exactly() {
 
 #[test]
 fn image_pairings_with_tiny_clip_and_partial_folder() {
-    let device = Device::flex();
+    let device = bindscope_core::device::test_device();
     let dir = tempfile::tempdir().unwrap();
     let items = benchmark();
     // Images for the first three items; an unreadable file for the fourth item's query.

@@ -103,7 +103,7 @@ const TARGETS: [&str; 8] = [
 fn lora_trains_only_q_k_v_o_of_every_layer() {
     let dir = tempfile::tempdir().unwrap();
     let ckpt = tiny_ckpt(dir.path());
-    let device = Device::flex().autodiff();
+    let device = bindscope_core::device::test_device().autodiff();
     let base = BertModel::load(&ckpt, &device, &LoadOptions::default()).unwrap();
     let total = base.num_params();
     let model = apply_lora(base, &LoraConfig::default()).unwrap();
@@ -222,7 +222,7 @@ fn random_adapters(model: &BertModel, seed: u64) -> HostAdapters {
 fn peft_names_shapes_and_values() {
     let dir = tempfile::tempdir().unwrap();
     let ckpt = tiny_ckpt(dir.path());
-    let device = Device::flex();
+    let device = bindscope_core::device::test_device();
     let model = apply_lora(
         BertModel::load(&ckpt, &device, &LoadOptions::default()).unwrap(),
         &LoraConfig::default(),
@@ -317,7 +317,12 @@ fn lines_scale_follows_the_formula() {
     let dir = tempfile::tempdir().unwrap();
     let ckpt = tiny_ckpt(dir.path());
     let model = apply_lora(
-        BertModel::load(&ckpt, &Device::flex(), &LoadOptions::default()).unwrap(),
+        BertModel::load(
+            &ckpt,
+            &bindscope_core::device::test_device(),
+            &LoadOptions::default(),
+        )
+        .unwrap(),
         &LoraConfig::default(),
     )
     .unwrap();
@@ -339,7 +344,7 @@ fn lines_scale_follows_the_formula() {
 fn merged_checkpoint_is_base_plus_scaled_ba_and_loads() {
     let dir = tempfile::tempdir().unwrap();
     let ckpt = tiny_ckpt(dir.path());
-    let device = Device::flex();
+    let device = bindscope_core::device::test_device();
     let model = apply_lora(
         BertModel::load(&ckpt, &device, &LoadOptions::default()).unwrap(),
         &LoraConfig::default(),
@@ -408,7 +413,7 @@ fn merged_checkpoint_is_base_plus_scaled_ba_and_loads() {
 
 #[test]
 fn triplet_loss_on_a_hand_checked_case() {
-    let device = Device::flex();
+    let device = bindscope_core::device::test_device();
     let t = |v: [[f32; 2]; 2]| Tensor::<2>::from_data(TensorData::new(v.concat(), [2, 2]), &device);
     // Row 0: cos(a,p) = 1, cos(a,n) = 0 → max(0, 0.05 − 1 + 0) = 0.
     // Row 1: cos(a,p) = 0, cos(a,n) = 1/√2 → 0.05 + 0.70711 = 0.75711.
@@ -457,7 +462,7 @@ fn attention_margin_on_a_hand_made_map() {
         att[t * t + q * t + 6] = blue / 2.0; // head 1: half
         att[t * t + q * t + 2] = red * 2.0; // head 1: double
     }
-    let device = Device::flex();
+    let device = bindscope_core::device::test_device();
     let a = Tensor::<4>::from_data(TensorData::new(att, [1, h, t, t]), &device);
     let m = margins(a, &w);
     // Mean over heads then over cube's 4 sub-tokens of (blue − red).
@@ -494,7 +499,7 @@ fn attention_margin_on_a_hand_made_map() {
 fn an_interrupted_run_resumes_to_the_same_adapters() {
     let dir = tempfile::tempdir().unwrap();
     let ckpt = tiny_ckpt(dir.path());
-    let device = Device::flex().autodiff();
+    let device = bindscope_core::device::test_device().autodiff();
     let t = triplets();
     // 12 triplets, batch 4, 2 epochs: 6 steps.
     let cfg = TrainConfig {
@@ -603,7 +608,7 @@ fn an_interrupted_run_resumes_to_the_same_adapters() {
 fn attention_loss_trains() {
     let dir = tempfile::tempdir().unwrap();
     let ckpt = tiny_ckpt(dir.path());
-    let device = Device::flex().autodiff();
+    let device = bindscope_core::device::test_device().autodiff();
     let cfg = TrainConfig {
         attn: Some(bindscope_tuning::train::AttnLossConfig {
             tau: 0.1,
