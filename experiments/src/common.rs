@@ -90,9 +90,18 @@ pub fn git_commit() -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
-/// The device as it was requested and as burn reports it.
+/// The device as it was requested, its canonical spec, the adapter or GPU it is, and burn's own
+/// description.
 pub fn device_json(spec: &str, device: &Device) -> serde_json::Value {
-    serde_json::json!({ "requested": spec, "burn": format!("{device:?}") })
+    let canonical = spec
+        .parse::<bindscope_core::DeviceSpec>()
+        .map_or_else(|_| spec.to_string(), |s| s.to_string());
+    serde_json::json!({
+        "requested": spec,
+        "spec": canonical,
+        "name": bindscope_core::device::device_name(device),
+        "burn": format!("{device:?}"),
+    })
 }
 
 /// UTC timestamp for run directory names, `YYYYmmdd-HHMMSS`.

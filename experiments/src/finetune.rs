@@ -162,6 +162,11 @@ pub struct TrainArgs {
     eval_batch: usize,
 }
 
+/// Whether the subcommand computes on a device (`data` only writes data files).
+pub fn needs_device(args: &FinetuneArgs) -> bool {
+    !matches!(args.cmd, FinetuneCmd::Data(_))
+}
+
 pub fn run(args: FinetuneArgs, device: &Device, device_spec: &str) -> Result<()> {
     match args.cmd {
         FinetuneCmd::Data(a) => run_data(&a).map(|_| ()),

@@ -48,7 +48,10 @@ pub fn run(args: InfoArgs, device: &Device, device_spec: &str) -> Result<()> {
         "loaded as    {}",
         v["loaded_dtype"].as_str().unwrap_or("f32")
     );
-    println!("device       {device_spec} ({device:?})");
+    println!(
+        "device       {device_spec}: {}",
+        bindscope_core::device::device_name(device)
+    );
     for (tower, info) in &loaded {
         println!(
             "{tower:<12} {}: {} layers, hidden {}, {} heads, embedding {}, {} parameters, input {}",

@@ -75,30 +75,47 @@ fn main() {
         print_devices();
         return;
     }
+    // An empty BURN_DEVICE means the CPU, as everywhere else.
+    let spec = match cli.device.trim() {
+        "" => "cpu".to_string(),
+        s => s.to_string(),
+    };
+    // Commands that only read or write files run on the CPU whatever device is named (the name
+    // must still parse).
+    let needs_device = match &cli.command {
+        Command::Correlate(_) | Command::Devices => false,
+        Command::Saber(a) => saber::needs_device(a),
+        Command::Finetune(a) => finetune::needs_device(a),
+        _ => true,
+    };
     // Acquired before any work: a missing device leaves no run directory behind.
-    let result = bindscope_core::open_device(&cli.device)
-        .map_err(anyhow::Error::from)
-        .and_then(|device| {
-            let done = match cli.command {
-                Command::Jer(a) => jer::run(a, &device, &cli.device),
-                Command::Info(a) => info::run(a, &device, &cli.device),
-                Command::Embed(a) => embed::run(a, &device),
-                Command::Finetune(a) => finetune::run(a, &device, &cli.device),
-                Command::Foveated(a) => foveated::run(a, &device, &cli.device),
-                Command::Binding(a) => binding::run_binding_cmd(a, &device, &cli.device),
-                Command::Samediff(a) => binding::run_samediff_cmd(a, &device, &cli.device),
-                Command::Geometry(a) => geometry::run(a, &device, &cli.device),
-                Command::ProbeAll(a) => probe_all::run(a, &device, &cli.device),
-                Command::Correlate(a) => correlate::run(a),
-                Command::Saber(a) => saber::run(a, &device, &cli.device),
-                Command::Devices => unreachable!("handled above"),
-            };
-            // Let queued GPU work finish before the process exits: a driver still compiling a
-            // kernel on its own thread when the process tears down can crash (seen with Mesa
-            // lavapipe: SIGSEGV in LLVM's code generator at exit).
-            let _ = device.sync();
-            done
-        });
+    let opened = if needs_device {
+        bindscope_core::open_device(&spec)
+    } else {
+        spec.parse::<bindscope_core::DeviceSpec>()
+            .map(|_| burn::tensor::Device::flex())
+    };
+    let result = opened.map_err(anyhow::Error::from).and_then(|device| {
+        let done = match cli.command {
+            Command::Jer(a) => jer::run(a, &device, &spec),
+            Command::Info(a) => info::run(a, &device, &spec),
+            Command::Embed(a) => embed::run(a, &device),
+            Command::Finetune(a) => finetune::run(a, &device, &spec),
+            Command::Foveated(a) => foveated::run(a, &device, &spec),
+            Command::Binding(a) => binding::run_binding_cmd(a, &device, &spec),
+            Command::Samediff(a) => binding::run_samediff_cmd(a, &device, &spec),
+            Command::Geometry(a) => geometry::run(a, &device, &spec),
+            Command::ProbeAll(a) => probe_all::run(a, &device, &spec),
+            Command::Correlate(a) => correlate::run(a),
+            Command::Saber(a) => saber::run(a, &device, &spec),
+            Command::Devices => unreachable!("handled above"),
+        };
+        // Let queued GPU work finish before the process exits: a driver still compiling a
+        // kernel on its own thread when the process tears down can crash (seen with Mesa
+        // lavapipe: SIGSEGV in LLVM's code generator at exit).
+        let _ = device.sync();
+        done
+    });
     if let Err(e) = result {
         eprintln!("error: {}", error_text(&e));
         std::process::exit(1);
@@ -125,12 +142,8 @@ fn print_devices() {
     .filter(|(_, on)| !on)
     .map(|(f, _)| f)
     .collect();
-    if !missing.is_empty() {
-        println!(
-            "(built without {}: rebuild with `--features {}` to use them)",
-            missing.join(", "),
-            missing.join(",")
-        );
+    for backend in missing {
+        println!("({backend}: not in this build; rebuild with `--features {backend}` to use it)");
     }
 }
 

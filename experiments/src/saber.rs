@@ -119,6 +119,11 @@ struct EvalArgs {
     model_opts: ModelOpts,
 }
 
+/// Whether the subcommand computes on a device (`generate` only writes data files).
+pub fn needs_device(args: &SaberArgs) -> bool {
+    !matches!(args.command, SaberCommand::Generate(_))
+}
+
 pub fn run(args: SaberArgs, device: &Device, device_spec: &str) -> Result<()> {
     match args.command {
         SaberCommand::Generate(a) => run_generate(a),

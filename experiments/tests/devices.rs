@@ -181,6 +181,32 @@ fn a_missing_device_is_an_error_before_any_work() {
 }
 
 #[test]
+fn an_empty_burn_device_is_the_cpu_and_file_only_commands_ignore_the_device() {
+    let o = Command::new(env!("CARGO_BIN_EXE_experiments"))
+        .args(["info", "--model", &fixture("jer")])
+        .env("BURN_DEVICE", " ")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    // `saber generate` computes nothing: a device this build or machine lacks does not stop it,
+    // a name that is no device does.
+    let out = scratch("saber");
+    let o = out.display().to_string();
+    let small = ["--independent", "2", "--chains", "2", "--n-max", "3"];
+    let mut args = vec!["saber", "generate", "--out", &o];
+    args.extend(small);
+    let r = run_on("cuda:7", &args);
+    assert!(r.status.success(), "{}", text(&r));
+    assert!(out.join("saber.jsonl").is_file());
+    let r = run_on("tpu", &["saber", "generate", "--out", &format!("{o}-2")]);
+    assert!(
+        !r.status.success() && text(&r).contains("unknown device 'tpu'"),
+        "{}",
+        text(&r)
+    );
+}
+
+#[test]
 fn info_runs_on_the_device() {
     let t = ok_on(&device(), &["info", "--model", &fixture("clip")]);
     assert!(t.contains("vision") && t.contains("2 layers"), "{t}");

@@ -32,12 +32,12 @@ use burn::tensor::Device;
 pub enum DeviceError {
     /// The spec is not one of the forms in the module docs.
     #[error(
-        "unknown device '{0}': expected cpu, cuda[:N], wgpu, wgpu:N, wgpu:integrated[:N], \
-         wgpu:virtual[:N] or wgpu:cpu"
+        "unknown device '{0}': expected cpu, cuda[:N], wgpu, wgpu:N (= wgpu:discrete:N), \
+         wgpu:integrated[:N], wgpu:virtual[:N] or wgpu:cpu"
     )]
     Unknown(String),
-    /// The index after `:` is not a non-negative integer.
-    #[error("bad device index in '{0}': expected a non-negative integer after ':'")]
+    /// The index after `:` is not a non-negative integer that fits a `usize`.
+    #[error("bad device index in '{0}': expected a device number 0, 1, 2, … after ':'")]
     BadIndex(String),
     /// The backend exists but this binary was built without its cargo feature.
     #[error("device '{spec}' needs bindscope built with `--features {feature}`")]
@@ -52,19 +52,15 @@ pub enum DeviceError {
     Unavailable {
         /// The spec as given.
         spec: String,
-        /// What the backend said.
+        /// Why, in words.
         reason: String,
-        /// The devices this build and machine can use, as `spec (name)` lines.
+        /// The devices this build and machine can use, as `spec (name)` entries.
         available: Vec<String>,
     },
 }
 
 fn available_text(available: &[String]) -> String {
-    if available.is_empty() {
-        "no device of that backend exists here (`experiments devices` lists what does)".into()
-    } else {
-        format!("available: {}", available.join(", "))
-    }
+    format!("devices here: {}", available.join(", "))
 }
 
 /// Which wgpu adapter a `wgpu…` spec names (burn's `DeviceKind`, less `Existing`).
@@ -122,7 +118,7 @@ impl FromStr for DeviceSpec {
             ["wgpu", "discrete", i] => Ok(Self::Wgpu(WgpuAdapter::Discrete(index(i)?))),
             ["wgpu", "integrated", i] => Ok(Self::Wgpu(WgpuAdapter::Integrated(index(i)?))),
             ["wgpu", "virtual", i] => Ok(Self::Wgpu(WgpuAdapter::Virtual(index(i)?))),
-            ["wgpu", i] if i.chars().all(|c| c.is_ascii_digit()) => {
+            ["wgpu", i] if i.starts_with(|c: char| c.is_ascii_digit() || c == '-') => {
                 Ok(Self::Wgpu(WgpuAdapter::Discrete(index(i)?)))
             }
             ["wgpu", _] => Err(unknown()),
@@ -204,7 +200,6 @@ impl DeviceSpec {
                 reason,
                 available: list_devices()
                     .iter()
-                    .filter(|d| d.spec.backend() == self.backend())
                     .map(|d| format!("{} ({})", d.spec, d.name))
                     .collect(),
             },
@@ -226,7 +221,21 @@ pub fn parse_device(spec: &str) -> Result<Device, DeviceError> {
 /// # Errors
 /// As [`parse_device`], and [`DeviceError::Unavailable`] for a device the machine lacks.
 pub fn open_device(spec: &str) -> Result<Device, DeviceError> {
-    spec.parse::<DeviceSpec>()?.open()
+    spec.parse::<DeviceSpec>()?.open().map_err(|e| match e {
+        // Name the device as the user wrote it (`wgpu:discrete`, not `wgpu:0`).
+        DeviceError::Unavailable {
+            reason, available, ..
+        } => DeviceError::Unavailable {
+            spec: spec.trim().to_string(),
+            reason,
+            available,
+        },
+        DeviceError::NotCompiled { feature, .. } => DeviceError::NotCompiled {
+            spec: spec.trim().to_string(),
+            feature,
+        },
+        other => other,
+    })
 }
 
 /// The device named by `BURN_DEVICE` if set, else the CPU (`flex`), acquired.
@@ -310,6 +319,17 @@ fn first_line_cause(text: &str) -> String {
         (Some(first), _) => first.to_string(),
         _ => text.trim().to_string(),
     }
+}
+
+/// The name of the hardware behind `device`: the adapter's or GPU's own name
+/// (`llvmpipe (LLVM 15.0.6, 256 bits)`, `NVIDIA H100 PCIe`), or `CPU (burn flex)`.
+pub fn device_name(device: &Device) -> String {
+    #[cfg(any(feature = "wgpu", feature = "cuda"))]
+    if let Some(id) = device.identity() {
+        return id.name;
+    }
+    let _ = device;
+    "CPU (burn flex)".to_string()
 }
 
 /// One device this build and machine can use.
@@ -435,7 +455,21 @@ mod wgpu {
             return Err(Some(if adapters.is_empty() {
                 "wgpu finds no adapter (no Vulkan, Metal, DX12 or GL driver)".into()
             } else {
-                "no such adapter".into()
+                let (what, n) = match a {
+                    WgpuAdapter::Discrete(n) => ("discrete GPU", n),
+                    WgpuAdapter::Integrated(n) => ("integrated GPU", n),
+                    WgpuAdapter::Virtual(n) => ("virtual GPU", n),
+                    WgpuAdapter::Cpu => ("software adapter", 0),
+                    WgpuAdapter::Best => unreachable!("present when any adapter is"),
+                };
+                let have = adapters
+                    .iter()
+                    .filter(|(s, _)| matches!(s, DeviceSpec::Wgpu(b) if same_type(*b, a)))
+                    .count();
+                format!(
+                    "wgpu counts each adapter type from 0 and this machine has {have} {what}(s), \
+                     so there is no {what} {n}"
+                )
             }));
         }
         match Device::wgpu_options().device_kind(kind(a)).init() {
@@ -446,6 +480,18 @@ mod wgpu {
             }
             Err(e) => Err(Some(e.to_string())),
         }
+    }
+
+    fn same_type(x: WgpuAdapter, y: WgpuAdapter) -> bool {
+        use WgpuAdapter::{Best, Cpu, Discrete, Integrated, Virtual};
+        matches!(
+            (x, y),
+            (Discrete(_), Discrete(_))
+                | (Integrated(_), Integrated(_))
+                | (Virtual(_), Virtual(_))
+                | (Cpu, Cpu)
+                | (Best, Best)
+        )
     }
 
     fn type_words(t: w::DeviceType) -> &'static str {
@@ -624,12 +670,20 @@ mod tests {
             "wgpu:cpu:1",
             "cuda:0:1",
             "",
+            "wgpu:",
             "wgpu:integrated:1:2",
         ] {
             let e = s.parse::<DeviceSpec>().unwrap_err();
             assert!(matches!(e, DeviceError::Unknown(_)), "{s}: {e}");
         }
-        for s in ["cuda:x", "cpu:1", "wgpu:integrated:-1", "cuda:-1"] {
+        for s in [
+            "cuda:x",
+            "cpu:1",
+            "wgpu:-1",
+            "wgpu:integrated:-1",
+            "cuda:-1",
+            "wgpu:99999999999999999999999",
+        ] {
             let e = s.parse::<DeviceSpec>().unwrap_err();
             assert!(matches!(e, DeviceError::BadIndex(_)), "{s}: {e}");
             assert!(e.to_string().contains(s), "{e}");
@@ -710,6 +764,14 @@ mod tests {
     fn a_missing_wgpu_adapter_is_an_error_naming_what_exists() {
         let e = open_device("wgpu:99").unwrap_err();
         assert!(matches!(&e, DeviceError::Unavailable { .. }), "{e}");
-        assert!(e.to_string().contains("wgpu:99"), "{e}");
+        let text = e.to_string();
+        assert!(
+            text.contains("wgpu:99") && text.contains("discrete GPU 99"),
+            "{e}"
+        );
+        assert!(text.contains("cpu ("), "the CPU is always listed: {e}");
+        // The user's own spelling is named, not the canonical form.
+        let e = open_device("WGPU:Discrete:99").unwrap_err();
+        assert!(e.to_string().contains("'WGPU:Discrete:99'"), "{e}");
     }
 }
