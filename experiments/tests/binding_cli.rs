@@ -6,12 +6,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
+mod common;
+use common::root;
 
 fn scratch(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!(

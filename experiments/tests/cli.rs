@@ -5,25 +5,11 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
-fn fixture(name: &str) -> String {
-    root()
-        .join("tests/fixtures")
-        .join(name)
-        .display()
-        .to_string()
-}
+mod common;
+use common::{fixture, root};
 
 fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("bindscope-cli-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
+    common::scratch("cli", name)
 }
 
 fn run(args: &[&str]) -> Output {
@@ -209,18 +195,7 @@ fn info_describes_both_towers() {
 
 #[test]
 fn embed_images_to_jsonl_and_safetensors() {
-    // A checkpoint directory: the tiny CLIP fixture plus a CLIP preprocessor config.
-    let dir = scratch("embed-model");
-    std::fs::create_dir_all(&dir).unwrap();
-    for f in ["config.json", "model.safetensors"] {
-        std::fs::copy(root().join("tests/fixtures/clip").join(f), dir.join(f)).unwrap();
-    }
-    std::fs::copy(
-        root().join("tests/fixtures/images/clip/preprocessor_config.json"),
-        dir.join("preprocessor_config.json"),
-    )
-    .unwrap();
-    let m = dir.display().to_string();
+    let m = common::clip_with_processor(&scratch("embed-model"));
     let files = root().join("tests/fixtures/images/files");
     let (a, b) = (
         files.join("gray.png").display().to_string(),

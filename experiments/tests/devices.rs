@@ -17,25 +17,11 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
-fn fixture(name: &str) -> String {
-    root()
-        .join("tests/fixtures")
-        .join(name)
-        .display()
-        .to_string()
-}
+mod common;
+use common::{fixture, root, text};
 
 fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("bindscope-dev-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
+    common::scratch("dev", name)
 }
 
 /// The device under test: `BURN_DEVICE`, or the CPU.
@@ -63,14 +49,6 @@ fn run_on(device: &str, args: &[&str]) -> Output {
         .env_remove("BURN_DEVICE")
         .output()
         .expect("runs")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 fn ok_on(device: &str, args: &[&str]) -> String {
@@ -214,18 +192,7 @@ fn info_runs_on_the_device() {
 
 #[test]
 fn embed_images_and_texts_match_the_cpu() {
-    // A checkpoint directory: the tiny CLIP fixture plus a CLIP preprocessor config.
-    let dir = scratch("model");
-    std::fs::create_dir_all(&dir).unwrap();
-    for f in ["config.json", "model.safetensors"] {
-        std::fs::copy(root().join("tests/fixtures/clip").join(f), dir.join(f)).unwrap();
-    }
-    std::fs::copy(
-        root().join("tests/fixtures/images/clip/preprocessor_config.json"),
-        dir.join("preprocessor_config.json"),
-    )
-    .unwrap();
-    let m = dir.display().to_string();
+    let m = common::clip_with_processor(&scratch("model"));
     let files = root().join("tests/fixtures/images/files");
     let images: Vec<String> = ["gray.png", "rgba.png"]
         .iter()
