@@ -56,6 +56,13 @@ pub fn run(args: EmbedArgs, device: &Device) -> Result<()> {
             args.out.display()
         ),
     };
+    // The output must be writable as a file before any embedding work is done.
+    if args.out.is_dir() {
+        bail!(
+            "--out {} is a directory: expected a .jsonl or .safetensors file name",
+            args.out.display()
+        );
+    }
     if args.batch_size == 0 {
         bail!("--batch-size must be at least 1");
     }
@@ -111,6 +118,14 @@ fn embed_texts(
 ) -> Result<(Vec<String>, Vec<f32>, usize)> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading --texts {}", path.display()))?;
+    // A byte-order mark is an encoding marker, not text (editors on Windows write one).
+    let text = match text.strip_prefix('\u{feff}') {
+        Some(rest) => {
+            eprintln!("{}: UTF-8 byte-order mark removed", path.display());
+            rest
+        }
+        None => text.as_str(),
+    };
     let lines: Vec<String> = text.lines().map(str::to_string).collect();
     if let Some(n) = lines.iter().position(|l| l.trim().is_empty()) {
         bail!(

@@ -270,6 +270,77 @@ fn embed_images_to_jsonl_and_safetensors() {
     assert!(!bad.exists(), "no partial output");
 }
 
+fn embeddings(path: &Path) -> Vec<serde_json::Value> {
+    read(path)
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["embedding"].clone())
+        .collect()
+}
+
+#[test]
+fn a_byte_order_mark_is_not_part_of_the_first_text() {
+    let m = common::bert_with_tokenizer(&scratch("bom-model"));
+    let out = scratch("bom");
+    std::fs::create_dir_all(&out).unwrap();
+    let (plain, bom) = (out.join("plain.txt"), out.join("bom.txt"));
+    std::fs::write(&plain, "red cube\nblue sphere\n").unwrap();
+    std::fs::write(&bom, "\u{feff}red cube\nblue sphere\n").unwrap();
+    let mut rows = Vec::new();
+    for (texts, name) in [(&plain, "plain.jsonl"), (&bom, "bom.jsonl")] {
+        let o = out.join(name);
+        let t = ok(&[
+            "embed",
+            "--model",
+            &m,
+            "--texts",
+            &texts.display().to_string(),
+            "--out",
+            &o.display().to_string(),
+        ]);
+        assert_eq!(
+            t.contains("byte-order mark removed"),
+            name == "bom.jsonl",
+            "{t}"
+        );
+        rows.push(embeddings(&o));
+    }
+    // Without the fix the mark is an unknown token of the first text only.
+    assert_eq!(rows[0], rows[1]);
+    let first: Vec<serde_json::Value> = read(&out.join("bom.jsonl"))
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["input"].clone())
+        .collect();
+    assert_eq!(
+        first[0], "red cube",
+        "the recorded input has no mark either"
+    );
+}
+
+#[test]
+fn embed_refuses_a_directory_as_out_before_any_work_and_leaves_no_temp_file() {
+    let out = scratch("outdir");
+    let target = out.join("emb.jsonl");
+    std::fs::create_dir_all(target.join("inside")).unwrap();
+    let texts = out.join("t.txt");
+    std::fs::write(&texts, "red cube\n").unwrap();
+    let t = err(&[
+        "embed",
+        "--model",
+        // A model that does not exist: the --out check must come first.
+        &out.join("no-such-model").display().to_string(),
+        "--texts",
+        &texts.display().to_string(),
+        "--out",
+        &target.display().to_string(),
+    ]);
+    assert!(t.contains("emb.jsonl is a directory"), "{t}");
+    let left: Vec<_> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(!left.iter().any(|n| n.ends_with(".tmp")), "{left:?}");
+}
+
 #[test]
 fn degenerate_sizes_are_errors_not_empty_results() {
     let d = scratch("degenerate");

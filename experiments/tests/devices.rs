@@ -215,13 +215,7 @@ fn embed_images_and_texts_match_the_cpu() {
 
     // Texts through the tiny BERT fixture (vocabulary of 99) with a word-level tokenizer
     // written here, whose ids stay inside that vocabulary.
-    let bert = scratch("bert");
-    std::fs::create_dir_all(&bert).unwrap();
-    for f in ["config.json", "model.safetensors"] {
-        std::fs::copy(root().join("tests/fixtures/bert").join(f), bert.join(f)).unwrap();
-    }
-    std::fs::write(bert.join("tokenizer.json"), word_level_tokenizer()).unwrap();
-    let b = bert.display().to_string();
+    let b = common::bert_with_tokenizer(&scratch("bert"));
     let texts = out.join("texts.txt");
     std::fs::write(
         &texts,
@@ -239,50 +233,6 @@ fn embed_images_and_texts_match_the_cpu() {
     assert_eq!(rows[0].len(), 2);
     assert_ne!(rows[0][0], rows[0][1], "two texts, two embeddings");
     assert_close_rows(&rows[1], &rows[0], embed_tol(), "text embeddings");
-}
-
-/// A BERT-style `tokenizer.json`: lower-casing, whitespace split, a word-level vocabulary with
-/// ids below 99, `[CLS] … [SEP]`.
-fn word_level_tokenizer() -> String {
-    let words = [
-        "a", "red", "cube", "left", "of", "blue", "sphere", "photo", "dog",
-    ];
-    let mut vocab = serde_json::Map::new();
-    for (i, w) in ["[PAD]", "[UNK]", "[CLS]", "[SEP]"]
-        .iter()
-        .chain(words.iter())
-        .enumerate()
-    {
-        vocab.insert(w.to_string(), (i as u64).into());
-    }
-    let special = |id: u64, content: &str| {
-        serde_json::json!({"id": id, "content": content, "single_word": false, "lstrip": false,
-            "rstrip": false, "normalized": false, "special": true})
-    };
-    let tok =
-        |t: &str, type_id: u64| serde_json::json!({"SpecialToken": {"id": t, "type_id": type_id}});
-    let seq =
-        |s: &str, type_id: u64| serde_json::json!({"Sequence": {"id": s, "type_id": type_id}});
-    serde_json::json!({
-        "version": "1.0",
-        "truncation": null,
-        "padding": null,
-        "added_tokens": [special(0, "[PAD]"), special(1, "[UNK]"), special(2, "[CLS]"), special(3, "[SEP]")],
-        "normalizer": {"type": "Lowercase"},
-        "pre_tokenizer": {"type": "Whitespace"},
-        "post_processor": {
-            "type": "TemplateProcessing",
-            "single": [tok("[CLS]", 0), seq("A", 0), tok("[SEP]", 0)],
-            "pair": [tok("[CLS]", 0), seq("A", 0), tok("[SEP]", 0), seq("B", 1), tok("[SEP]", 1)],
-            "special_tokens": {
-                "[CLS]": {"id": "[CLS]", "ids": [2], "tokens": ["[CLS]"]},
-                "[SEP]": {"id": "[SEP]", "ids": [3], "tokens": ["[SEP]"]}
-            }
-        },
-        "decoder": null,
-        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "[UNK]"}
-    })
-    .to_string()
 }
 
 fn jer_records(dir: &Path) -> Vec<serde_json::Value> {

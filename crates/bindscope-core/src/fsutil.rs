@@ -29,21 +29,26 @@ pub fn write_atomic_with(
     path: &Path,
     fill: impl FnOnce(&mut std::io::BufWriter<std::fs::File>) -> std::io::Result<()>,
 ) -> std::io::Result<()> {
+    let ctx = |e: std::io::Error| std::io::Error::new(e.kind(), format!("{}: {e}", path.display()));
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent)?;
+        std::fs::create_dir_all(parent).map_err(|e| {
+            std::io::Error::new(e.kind(), format!("creating {}: {e}", parent.display()))
+        })?;
     }
     let tmp = temp_sibling(path);
-    let ctx = |e: std::io::Error| std::io::Error::new(e.kind(), format!("{}: {e}", path.display()));
     let file = std::fs::File::create(&tmp).map_err(ctx)?;
     let mut w = std::io::BufWriter::new(file);
-    let res = fill(&mut w).and_then(|_| w.flush());
+    let res = fill(&mut w)
+        .and_then(|_| w.flush())
+        .and_then(|_| w.get_ref().sync_all());
+    drop(w);
+    // Whatever fails, the temporary file goes: no debris next to the output.
+    let res = res.and_then(|_| std::fs::rename(&tmp, path));
     if let Err(e) = res {
         let _ = std::fs::remove_file(&tmp);
         return Err(ctx(e));
     }
-    w.get_ref().sync_all().map_err(ctx)?;
-    drop(w);
-    std::fs::rename(&tmp, path).map_err(ctx)
+    Ok(())
 }
 
 /// Appends one line (a `\n` is added) to `path` with a single `write` call and fsync, so a
@@ -86,5 +91,21 @@ mod tests {
             "a failed write must keep the old file"
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_failed_rename_leaves_no_temp_and_names_the_path() {
+        let dir = tempfile::tempdir().unwrap();
+        // The output names an existing non-empty directory: the final rename fails.
+        let out = dir.path().join("emb.jsonl");
+        std::fs::create_dir_all(out.join("inside")).unwrap();
+        let e = write_atomic(&out, b"x").unwrap_err();
+        assert!(e.to_string().contains("emb.jsonl"), "{e}");
+        assert!(!temp_sibling(&out).exists(), "temp file left behind");
+        // A parent that is a file: the error names it.
+        let blocker = dir.path().join("file");
+        std::fs::write(&blocker, b"").unwrap();
+        let e = write_atomic(&blocker.join("out.txt"), b"x").unwrap_err();
+        assert!(e.to_string().contains("file"), "{e}");
     }
 }

@@ -51,3 +51,58 @@ pub fn clip_with_processor(dir: &Path) -> String {
     .unwrap();
     dir.display().to_string()
 }
+
+/// A checkpoint directory at `dir`: the tiny BERT fixture (vocabulary of 99) with
+/// [`word_level_tokenizer`].
+pub fn bert_with_tokenizer(dir: &Path) -> String {
+    std::fs::create_dir_all(dir).unwrap();
+    for f in ["config.json", "model.safetensors"] {
+        std::fs::copy(root().join("tests/fixtures/bert").join(f), dir.join(f)).unwrap();
+    }
+    std::fs::write(dir.join("tokenizer.json"), word_level_tokenizer()).unwrap();
+    dir.display().to_string()
+}
+
+/// A BERT-style `tokenizer.json`: lower-casing, whitespace split, a word-level vocabulary with
+/// ids below 99, `[CLS] … [SEP]`.
+pub fn word_level_tokenizer() -> String {
+    let words = [
+        "a", "red", "cube", "left", "of", "blue", "sphere", "photo", "dog",
+    ];
+    let mut vocab = serde_json::Map::new();
+    for (i, w) in ["[PAD]", "[UNK]", "[CLS]", "[SEP]"]
+        .iter()
+        .chain(words.iter())
+        .enumerate()
+    {
+        vocab.insert(w.to_string(), (i as u64).into());
+    }
+    let special = |id: u64, content: &str| {
+        serde_json::json!({"id": id, "content": content, "single_word": false, "lstrip": false,
+            "rstrip": false, "normalized": false, "special": true})
+    };
+    let tok =
+        |t: &str, type_id: u64| serde_json::json!({"SpecialToken": {"id": t, "type_id": type_id}});
+    let seq =
+        |s: &str, type_id: u64| serde_json::json!({"Sequence": {"id": s, "type_id": type_id}});
+    serde_json::json!({
+        "version": "1.0",
+        "truncation": null,
+        "padding": null,
+        "added_tokens": [special(0, "[PAD]"), special(1, "[UNK]"), special(2, "[CLS]"), special(3, "[SEP]")],
+        "normalizer": {"type": "Lowercase"},
+        "pre_tokenizer": {"type": "Whitespace"},
+        "post_processor": {
+            "type": "TemplateProcessing",
+            "single": [tok("[CLS]", 0), seq("A", 0), tok("[SEP]", 0)],
+            "pair": [tok("[CLS]", 0), seq("A", 0), tok("[SEP]", 0), seq("B", 1), tok("[SEP]", 1)],
+            "special_tokens": {
+                "[CLS]": {"id": "[CLS]", "ids": [2], "tokens": ["[CLS]"]},
+                "[SEP]": {"id": "[SEP]", "ids": [3], "tokens": ["[SEP]"]}
+            }
+        },
+        "decoder": null,
+        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "[UNK]"}
+    })
+    .to_string()
+}
