@@ -135,6 +135,13 @@ pub fn run(args: JerArgs, device: &Device, device_spec: &str) -> Result<()> {
     } else {
         args.seeds.clone()
     };
+    if let Some(dup) = seeds
+        .iter()
+        .enumerate()
+        .find_map(|(i, s)| seeds[..i].contains(s).then_some(s))
+    {
+        bail!("--seeds: seed {dup} is given twice (each seed is one repetition of the study)");
+    }
     if args.images == 0 {
         bail!("--images must be at least 1");
     }

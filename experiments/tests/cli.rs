@@ -182,6 +182,13 @@ fn jer_rejects_bad_arguments_with_clear_errors() {
     );
     let text = err(&["--device", "tpu", "jer", "--model", &model]);
     assert!(text.contains("unknown device"), "{text}");
+    let o = scratch("dup-seeds");
+    let mut args = JER.to_vec();
+    let out = o.display().to_string();
+    args.extend(["--model", &model, "--seeds", "42,7,42", "--out", &out]);
+    let text = err(&args);
+    assert!(text.contains("seed 42 is given twice"), "{text}");
+    assert!(!o.exists(), "nothing written for a refused command");
 }
 
 #[test]
