@@ -1,5 +1,6 @@
 //! ViT-B/16 forward (CLIP vision tower + projection, the real `openai/clip-vit-base-patch16`
-//! config in `benches/configs/`, random weights), batch 8, 224×224, f32, on the device `BURN_DEVICE` names (CPU by default).
+//! config in `benches/configs/`, random weights), batch 8, 224×224, f32, on the device
+//! `BURN_DEVICE` names (CPU by default).
 //! PyTorch counterpart: `benches/pytorch_vit_forward.py`. Results: `benches/README.md`.
 
 use bindscope_models::clip::{ClipConfig, ClipVisionModel};

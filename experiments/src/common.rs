@@ -93,15 +93,19 @@ pub fn git_commit() -> String {
 /// The device as it was requested, its canonical spec, the adapter or GPU it is, and burn's own
 /// description.
 pub fn device_json(spec: &str, device: &Device) -> serde_json::Value {
-    let canonical = spec
-        .parse::<bindscope_core::DeviceSpec>()
-        .map_or_else(|_| spec.to_string(), |s| s.to_string());
     serde_json::json!({
         "requested": spec,
-        "spec": canonical,
+        "spec": canonical_device(spec),
         "name": bindscope_core::device::device_name(device),
         "burn": format!("{device:?}"),
     })
+}
+
+/// The canonical form of a device spec (`" Wgpu:CPU "` → `wgpu:cpu`, `""` → `cpu`); the spec
+/// as given if it does not parse (`main` has refused those already).
+pub fn canonical_device(spec: &str) -> String {
+    spec.parse::<bindscope_core::DeviceSpec>()
+        .map_or_else(|_| spec.to_string(), |s| s.to_string())
 }
 
 /// UTC timestamp for run directory names, `YYYYmmdd-HHMMSS`.

@@ -49,7 +49,8 @@ pub fn run(args: InfoArgs, device: &Device, device_spec: &str) -> Result<()> {
         v["loaded_dtype"].as_str().unwrap_or("f32")
     );
     println!(
-        "device       {device_spec}: {}",
+        "device       {}: {}",
+        common::canonical_device(device_spec),
         bindscope_core::device::device_name(device)
     );
     for (tower, info) in &loaded {

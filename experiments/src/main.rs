@@ -75,11 +75,7 @@ fn main() {
         print_devices();
         return;
     }
-    // An empty BURN_DEVICE means the CPU, as everywhere else.
-    let spec = match cli.device.trim() {
-        "" => "cpu".to_string(),
-        s => s.to_string(),
-    };
+    let spec = cli.device;
     // Commands that only read or write files run on the CPU whatever device is named (the name
     // must still parse).
     let needs_device = match &cli.command {
@@ -134,16 +130,15 @@ fn print_devices() {
     for d in &devices {
         println!("{:<width$}  {}  ({})", d.spec.to_string(), d.name, d.kind);
     }
-    let missing: Vec<&str> = [
+    for (backend, built) in [
         ("cuda", cfg!(feature = "cuda")),
         ("wgpu", cfg!(feature = "wgpu")),
-    ]
-    .into_iter()
-    .filter(|(_, on)| !on)
-    .map(|(f, _)| f)
-    .collect();
-    for backend in missing {
-        println!("({backend}: not in this build; rebuild with `--features {backend}` to use it)");
+    ] {
+        if !built {
+            println!(
+                "({backend}: not in this build; rebuild with `--features {backend}` to use it)"
+            );
+        }
     }
 }
 

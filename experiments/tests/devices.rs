@@ -26,17 +26,13 @@ fn scratch(name: &str) -> PathBuf {
 
 /// The device under test: `BURN_DEVICE`, or the CPU.
 fn device() -> String {
-    match std::env::var("BURN_DEVICE") {
-        Ok(s) if !s.trim().is_empty() => s,
-        _ => "cpu".into(),
-    }
+    bindscope_core::device::spec_from_env()
+        .expect("BURN_DEVICE")
+        .to_string()
 }
 
 fn on_cpu() -> bool {
-    matches!(
-        device().trim().to_ascii_lowercase().as_str(),
-        "cpu" | "flex" | "cpu:0"
-    )
+    !bindscope_core::device::testing_on_accelerator()
 }
 
 /// Runs the binary on `device` (`--device` given explicitly, so `BURN_DEVICE` cannot leak in).
@@ -114,13 +110,11 @@ fn devices_lists_the_cpu_and_the_device_under_test() {
         first.starts_with("cpu ") && first.contains("burn flex"),
         "{t}"
     );
-    if !on_cpu() {
-        let backend = device().split(':').next().unwrap().to_ascii_lowercase();
-        assert!(
-            t.lines().any(|l| l.starts_with(&backend)),
-            "`devices` does not list the {backend} device the tests run on:\n{t}"
-        );
-    }
+    let spec = device();
+    assert!(
+        t.lines().any(|l| l.starts_with(&format!("{spec} "))),
+        "`devices` does not list {spec}, the device the tests run on:\n{t}"
+    );
 }
 
 #[test]
@@ -166,6 +160,11 @@ fn an_empty_burn_device_is_the_cpu_and_file_only_commands_ignore_the_device() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains("device       cpu: CPU (burn flex)"),
+        "{}",
+        text(&o)
+    );
     // `saber generate` computes nothing: a device this build or machine lacks does not stop it,
     // a name that is no device does.
     let out = scratch("saber");

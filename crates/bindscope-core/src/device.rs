@@ -13,6 +13,7 @@
 //! | `wgpu:virtual[:N]` | the N-th virtual GPU (a VM's) |
 //! | `wgpu:cpu` | the software adapter (Mesa lavapipe / llvmpipe, WARP) |
 //!
+//! Names are case-insensitive and surrounding whitespace is ignored; an empty spec is `cpu`.
 //! Indices count adapters of one type on the graphics API wgpu settles on (Vulkan where it has
 //! a hardware adapter, Metal on macOS), as burn's wgpu runtime counts them.
 //!
@@ -93,9 +94,13 @@ pub enum DeviceSpec {
 impl FromStr for DeviceSpec {
     type Err = DeviceError;
 
-    /// Case-insensitive; surrounding whitespace is ignored.
+    /// Case-insensitive; surrounding whitespace is ignored; an empty spec is the CPU (so an
+    /// empty `BURN_DEVICE` means `cpu`, as an unset one does).
     fn from_str(spec: &str) -> Result<Self, DeviceError> {
         let lower = spec.trim().to_ascii_lowercase();
+        if lower.is_empty() {
+            return Ok(Self::Cpu);
+        }
         let parts: Vec<&str> = lower.split(':').collect();
         let index = |s: &str| {
             s.parse::<usize>()
@@ -172,7 +177,8 @@ impl DeviceSpec {
     }
 
     /// Acquires the device now, so that a missing adapter, driver or GPU is an error here
-    /// rather than a panic at the first tensor.
+    /// rather than a panic at the first tensor. A device opened once is handed out again (burn
+    /// registers a wgpu runtime once per process).
     ///
     /// # Errors
     /// [`DeviceError::NotCompiled`], or [`DeviceError::Unavailable`] naming the devices that
@@ -238,15 +244,17 @@ pub fn open_device(spec: &str) -> Result<Device, DeviceError> {
     })
 }
 
-/// The device named by `BURN_DEVICE` if set, else the CPU (`flex`), acquired.
+/// `BURN_DEVICE`, or the empty spec (the CPU) when it is unset.
+fn burn_device_var() -> String {
+    std::env::var("BURN_DEVICE").unwrap_or_default()
+}
+
+/// The device named by `BURN_DEVICE`, acquired; the CPU (`flex`) when unset or empty.
 ///
 /// # Errors
 /// As [`open_device`] for the value of `BURN_DEVICE`.
 pub fn device_from_env() -> Result<Device, DeviceError> {
-    match std::env::var("BURN_DEVICE") {
-        Ok(s) if !s.trim().is_empty() => open_device(&s),
-        _ => Ok(Device::flex()),
-    }
+    open_device(&burn_device_var())
 }
 
 /// The spec of `BURN_DEVICE` (CPU when unset or empty).
@@ -254,10 +262,7 @@ pub fn device_from_env() -> Result<Device, DeviceError> {
 /// # Errors
 /// As [`DeviceSpec::from_str`].
 pub fn spec_from_env() -> Result<DeviceSpec, DeviceError> {
-    match std::env::var("BURN_DEVICE") {
-        Ok(s) if !s.trim().is_empty() => s.parse(),
-        _ => Ok(DeviceSpec::Cpu),
-    }
+    burn_device_var().parse()
 }
 
 /// The device the test suite runs on: `BURN_DEVICE` (e.g. `BURN_DEVICE=wgpu cargo test
@@ -289,14 +294,15 @@ pub struct ReadError {
     pub cause: String,
 }
 
-/// Reads a float tensor back to the host as row-major `f32` (any float dtype is converted).
+/// Reads a float tensor back to the host: a `[d₀, …, d_{D-1}]` tensor of any float dtype
+/// becomes a row-major `Vec<f32>` of d₀·…·d_{D-1} values.
 ///
 /// # Errors
 /// [`ReadError`] when the computation behind the tensor failed on its device, instead of
 /// burn's panic in `into_data`.
 pub fn to_host_f32<const D: usize>(t: burn::tensor::Tensor<D>) -> Result<Vec<f32>, ReadError> {
     let data = t.try_into_data().map_err(|e| ReadError {
-        cause: first_line_cause(&e.to_string()),
+        cause: summary_and_root_cause(&e.to_string()),
     })?;
     data.convert::<f32>()
         .try_into_vec::<f32>()
@@ -305,9 +311,10 @@ pub fn to_host_f32<const D: usize>(t: burn::tensor::Tensor<D>) -> Result<Vec<f32
         })
 }
 
-/// burn's execution errors carry long chains of skipped kernels; the root cause (the last
-/// `Caused by:` entry, e.g. "can't allocate buffer of size: 2519236864") is what a reader needs.
-fn first_line_cause(text: &str) -> String {
+/// burn's execution errors carry long chains of skipped kernels; what a reader needs is the
+/// first line (burn's summary) and the root cause (the last `Caused by:` entry, e.g. "can't
+/// allocate buffer of size: 2519236864"), as `summary (root cause)`.
+fn summary_and_root_cause(text: &str) -> String {
     let lines: Vec<&str> = text
         .lines()
         .map(str::trim)
@@ -462,9 +469,11 @@ mod wgpu {
                     WgpuAdapter::Cpu => ("software adapter", 0),
                     WgpuAdapter::Best => unreachable!("present when any adapter is"),
                 };
+                let same_type =
+                    |b: &WgpuAdapter| std::mem::discriminant(b) == std::mem::discriminant(&a);
                 let have = adapters
                     .iter()
-                    .filter(|(s, _)| matches!(s, DeviceSpec::Wgpu(b) if same_type(*b, a)))
+                    .filter(|(s, _)| matches!(s, DeviceSpec::Wgpu(b) if same_type(b)))
                     .count();
                 format!(
                     "wgpu counts each adapter type from 0 and this machine has {have} {what}(s), \
@@ -480,18 +489,6 @@ mod wgpu {
             }
             Err(e) => Err(Some(e.to_string())),
         }
-    }
-
-    fn same_type(x: WgpuAdapter, y: WgpuAdapter) -> bool {
-        use WgpuAdapter::{Best, Cpu, Discrete, Integrated, Virtual};
-        matches!(
-            (x, y),
-            (Discrete(_), Discrete(_))
-                | (Integrated(_), Integrated(_))
-                | (Virtual(_), Virtual(_))
-                | (Cpu, Cpu)
-                | (Best, Best)
-        )
     }
 
     fn type_words(t: w::DeviceType) -> &'static str {
@@ -539,12 +536,12 @@ mod wgpu {
 
     fn with_specs(infos: Vec<w::AdapterInfo>) -> Vec<(DeviceSpec, w::AdapterInfo)> {
         let (mut d, mut i, mut v) = (0, 0, 0);
+        let next = |n: &mut usize| {
+            *n += 1;
+            *n - 1
+        };
         let mut out = Vec::new();
         for info in infos {
-            let next = |n: &mut usize| {
-                *n += 1;
-                *n - 1
-            };
             let adapter = match info.device_type {
                 w::DeviceType::DiscreteGpu => WgpuAdapter::Discrete(next(&mut d)),
                 w::DeviceType::IntegratedGpu => WgpuAdapter::Integrated(next(&mut i)),
@@ -619,6 +616,8 @@ mod tests {
             ("CPU", DeviceSpec::Cpu),
             ("flex", DeviceSpec::Cpu),
             (" cpu:0 ", DeviceSpec::Cpu),
+            ("", DeviceSpec::Cpu),
+            ("  ", DeviceSpec::Cpu),
             ("cuda", DeviceSpec::Cuda(0)),
             ("cuda:3", DeviceSpec::Cuda(3)),
             ("wgpu", DeviceSpec::Wgpu(WgpuAdapter::Best)),
@@ -669,7 +668,6 @@ mod tests {
             "wgpu:gpu",
             "wgpu:cpu:1",
             "cuda:0:1",
-            "",
             "wgpu:",
             "wgpu:integrated:1:2",
         ] {

@@ -2,6 +2,7 @@
 
 use crate::probe::{self, ProbeSpec};
 use crate::spectrum;
+use bindscope_core::device::to_host_f32;
 use burn::prelude::*;
 
 /// Which sketch of the Jacobian to take.
@@ -161,7 +162,7 @@ pub fn output_sketch(
     chunk: usize,
 ) -> Result<Tensor<2>, JerError> {
     let [d, k] = g.dims();
-    let g = host(g)?;
+    let g = to_host_f32(g)?;
     let seeds: Vec<Seed> = (0..k)
         .map(|j| Seed {
             output,
@@ -228,10 +229,6 @@ impl OutputSpectrum {
     }
 }
 
-fn host(t: Tensor<2>) -> Result<Vec<f32>, JerError> {
-    Ok(bindscope_core::device::to_host_f32(t)?)
-}
-
 /// Computes the sketch spectra of every output of `f` at probe image `image`.
 ///
 /// `dims[o]` is output `o`'s dimension (e.g. `[D]`, or one per block for a depth profile).
@@ -284,7 +281,7 @@ pub fn jer_at(
                 (input_sketch(f, &x, o, d, v, chunk)?, d, k)
             }
         };
-        let s = host(sketch)?;
+        let s = to_host_f32(sketch)?;
         if s.iter().any(|v| !v.is_finite()) {
             return Err(JerError::NonFinite { image, output: o });
         }
