@@ -55,11 +55,7 @@ fn json(p: &Path) -> serde_json::Value {
 /// fixture's 4-px patches 3,137 tokens and one image an attention map of 157 MB, past the 128 MiB
 /// storage-buffer limit of Mesa's lavapipe where attention is materialised (wgpu).
 fn small_input_model(dir: &Path) -> PathBuf {
-    let m = dir.join("model");
-    std::fs::create_dir_all(&m).unwrap();
-    for f in ["config.json", "model.safetensors"] {
-        std::fs::copy(root().join("tests/fixtures/jer").join(f), m.join(f)).unwrap();
-    }
+    let m = common::fixture_copy("jer", &dir.join("model"));
     let processor = serde_json::json!({
         "image_processor_type": "ViTImageProcessor",
         "do_resize": true, "size": {"height": 32, "width": 32}, "resample": 2,

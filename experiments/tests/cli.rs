@@ -277,10 +277,11 @@ fn embed_images_to_jsonl_and_safetensors() {
     assert!(!bad.exists(), "no partial output");
 }
 
-fn embeddings(path: &Path) -> Vec<serde_json::Value> {
+/// Field `key` of every line of an `embed` JSON-lines output.
+fn jsonl_field(path: &Path, key: &str) -> Vec<serde_json::Value> {
     read(path)
         .lines()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["embedding"].clone())
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()[key].clone())
         .collect()
 }
 
@@ -309,14 +310,11 @@ fn a_byte_order_mark_is_not_part_of_the_first_text() {
             name == "bom.jsonl",
             "{t}"
         );
-        rows.push(embeddings(&o));
+        rows.push(jsonl_field(&o, "embedding"));
     }
     // Without the fix the mark is an unknown token of the first text only.
     assert_eq!(rows[0], rows[1]);
-    let first: Vec<serde_json::Value> = read(&out.join("bom.jsonl"))
-        .lines()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["input"].clone())
-        .collect();
+    let first = jsonl_field(&out.join("bom.jsonl"), "input");
     assert_eq!(
         first[0], "red cube",
         "the recorded input has no mark either"
@@ -495,16 +493,7 @@ fn degenerate_sizes_are_errors_not_empty_results() {
 
 /// A tiny ViT (patch 4) with a ViT preprocessor, in a scratch directory.
 fn tiny_vit_with_processor(dir: &Path) -> String {
-    std::fs::create_dir_all(dir).unwrap();
-    for f in ["config.json", "model.safetensors"] {
-        std::fs::copy(root().join("tests/fixtures/jer").join(f), dir.join(f)).unwrap();
-    }
-    std::fs::copy(
-        root().join("tests/fixtures/images/vit/preprocessor_config.json"),
-        dir.join("preprocessor_config.json"),
-    )
-    .unwrap();
-    dir.display().to_string()
+    common::fixture_with_processor("jer", "vit", dir)
 }
 
 fn count_after(text: &str, prefix: &str) -> usize {

@@ -38,27 +38,44 @@ pub fn text(o: &Output) -> String {
     )
 }
 
-/// A checkpoint directory at `dir`: the tiny CLIP fixture plus a CLIP preprocessor config.
-pub fn clip_with_processor(dir: &Path) -> String {
+/// A copy of the checkpoint `tests/fixtures/<name>` (`config.json`, `model.safetensors`) in
+/// `dir`, for tests that add files next to it.
+pub fn fixture_copy(name: &str, dir: &Path) -> PathBuf {
     std::fs::create_dir_all(dir).unwrap();
     for f in ["config.json", "model.safetensors"] {
-        std::fs::copy(root().join("tests/fixtures/clip").join(f), dir.join(f)).unwrap();
+        std::fs::copy(
+            root().join("tests/fixtures").join(name).join(f),
+            dir.join(f),
+        )
+        .unwrap();
     }
+    dir.to_path_buf()
+}
+
+/// The checkpoint `tests/fixtures/<name>` in `dir` with the preprocessor config of
+/// `tests/fixtures/images/<processor>`.
+pub fn fixture_with_processor(name: &str, processor: &str, dir: &Path) -> String {
+    let dir = fixture_copy(name, dir);
     std::fs::copy(
-        root().join("tests/fixtures/images/clip/preprocessor_config.json"),
+        root()
+            .join("tests/fixtures/images")
+            .join(processor)
+            .join("preprocessor_config.json"),
         dir.join("preprocessor_config.json"),
     )
     .unwrap();
     dir.display().to_string()
 }
 
+/// A checkpoint directory at `dir`: the tiny CLIP fixture plus a CLIP preprocessor config.
+pub fn clip_with_processor(dir: &Path) -> String {
+    fixture_with_processor("clip", "clip", dir)
+}
+
 /// A checkpoint directory at `dir`: the tiny BERT fixture (vocabulary of 99) with
 /// [`word_level_tokenizer`].
 pub fn bert_with_tokenizer(dir: &Path) -> String {
-    std::fs::create_dir_all(dir).unwrap();
-    for f in ["config.json", "model.safetensors"] {
-        std::fs::copy(root().join("tests/fixtures/bert").join(f), dir.join(f)).unwrap();
-    }
+    let dir = fixture_copy("bert", dir);
     std::fs::write(dir.join("tokenizer.json"), word_level_tokenizer()).unwrap();
     dir.display().to_string()
 }
