@@ -2,6 +2,7 @@
 //! finite differences in float64, on the tiny ViT of `tests/fixtures/jer` (see
 //! `tests/fixtures/gen/jer.py`), plus their agreement in distribution and their error paths.
 
+#[path = "../models/tests/common/mod.rs"]
 mod common;
 
 use bindscope_core::{Checkpoint, LoadOptions};

@@ -6,6 +6,7 @@
 //! - `pixel_values` must match to 1e-4 for every image x processor, which is far below one uint8
 //!   level after normalization (1 / 255 / std >= 0.015), i.e. the resize is uint8-exact.
 
+#[path = "../models/tests/common/mod.rs"]
 mod common;
 
 use bindscope_data::image::{

@@ -5,6 +5,7 @@
 //! real MiniLM and CLIP files) always run; cases on the real files run when
 //! `BINDSCOPE_REAL_MODELS=DIR` points at the output of `shared/tools/real-models.sh`.
 
+#[path = "../models/tests/common/mod.rs"]
 mod common;
 
 use bindscope_data::text::{Padding, TextError, TextFamily, TextPolicy, Tokenizer};

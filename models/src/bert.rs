@@ -27,7 +27,12 @@ use crate::{EncoderOutput, ForwardOptions, ModelError, ModelInfo, TextEncoder};
 use bindscope_core::{Checkpoint, LoadOptions, load_strict};
 use burn::nn::{Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig, Linear, LinearConfig};
 use burn::prelude::*;
-use burn::tensor::activation::{gelu, gelu_approximate, relu, tanh};
+use burn::tensor::activation::tanh;
+
+use crate::nn::{ACTIVATION_NAMES, Activation};
+
+/// `model_type` of a `BertModel` checkpoint.
+pub const MODEL_TYPE: &str = "bert";
 
 /// Regex of the task-head keys of `BertFor*` checkpoints (`cls.*` of `BertForMaskedLM` /
 /// `BertForPreTraining`, `classifier.*`, `qa_outputs.*`). Add it to
@@ -45,7 +50,7 @@ const REMAP: [(&str, &str); 2] = [
 ];
 
 fn default_model_type() -> String {
-    "bert".into()
+    MODEL_TYPE.into()
 }
 fn default_vocab_size() -> usize {
     30522
@@ -99,8 +104,7 @@ pub struct BertConfig {
     /// Width of the feed-forward layer.
     #[serde(default = "default_intermediate_size")]
     pub intermediate_size: usize,
-    /// Feed-forward activation: `gelu` (exact erf), `gelu_new` / `gelu_pytorch_tanh` (tanh
-    /// approximation) or `relu`.
+    /// Feed-forward activation, a transformers name ([`Activation::from_hf`]).
     #[serde(default = "default_hidden_act")]
     pub hidden_act: String,
     /// Maximum sequence length (rows of `position_embeddings`).
@@ -123,37 +127,18 @@ pub struct BertConfig {
     pub add_cross_attention: bool,
 }
 
-/// Feed-forward activation named by `hidden_act`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HiddenAct {
-    /// Exact GELU, `x·Φ(x)` (HF `"gelu"`).
-    Gelu,
-    /// Tanh-approximated GELU (HF `"gelu_new"`, `"gelu_pytorch_tanh"`).
-    GeluTanh,
-    /// ReLU.
-    Relu,
-}
-
-impl HiddenAct {
-    fn apply<const D: usize>(self, x: Tensor<D>) -> Tensor<D> {
-        match self {
-            Self::Gelu => gelu(x),
-            Self::GeluTanh => gelu_approximate(x),
-            Self::Relu => relu(x),
-        }
-    }
-}
-
 impl BertConfig {
     /// Checks that this implementation supports the configuration and returns the activation.
     ///
     /// # Errors
     /// A message naming the unsupported setting and what is supported.
-    pub fn validate(&self) -> Result<HiddenAct, String> {
-        if self.model_type != "bert" {
+    pub fn validate(&self) -> Result<Activation, String> {
+        if self.model_type != MODEL_TYPE {
             return Err(format!("model_type '{}' is not 'bert'", self.model_type));
         }
-        if self.num_attention_heads == 0 || self.hidden_size % self.num_attention_heads != 0 {
+        if self.num_attention_heads == 0
+            || !self.hidden_size.is_multiple_of(self.num_attention_heads)
+        {
             return Err(format!(
                 "hidden_size {} is not divisible by num_attention_heads {}",
                 self.hidden_size, self.num_attention_heads
@@ -171,14 +156,12 @@ impl BertConfig {
                     .into(),
             );
         }
-        match self.hidden_act.as_str() {
-            "gelu" => Ok(HiddenAct::Gelu),
-            "gelu_new" | "gelu_pytorch_tanh" => Ok(HiddenAct::GeluTanh),
-            "relu" => Ok(HiddenAct::Relu),
-            other => Err(format!(
-                "hidden_act '{other}' (implemented: gelu, gelu_new, gelu_pytorch_tanh, relu)"
-            )),
-        }
+        Activation::from_hf(&self.hidden_act).ok_or_else(|| {
+            format!(
+                "hidden_act '{}' (implemented: {ACTIVATION_NAMES})",
+                self.hidden_act
+            )
+        })
     }
 
     /// Builds a randomly initialised model (weights are meant to be loaded afterwards), with or
@@ -322,7 +305,7 @@ pub struct BertIntermediate {
     pub dense: Linear,
     /// `hidden_act`.
     #[module(skip)]
-    pub act: HiddenAct,
+    pub act: Activation,
 }
 
 /// Second feed-forward layer, residual and LayerNorm (HF `BertOutput`).
@@ -357,7 +340,7 @@ impl BertLayer {
         let ff = self
             .intermediate
             .act
-            .apply(self.intermediate.dense.forward(h.clone()));
+            .forward(self.intermediate.dense.forward(h.clone()));
         let out = self
             .output
             .layer_norm

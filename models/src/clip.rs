@@ -38,19 +38,27 @@
 //! families share block structure and key names.
 
 use crate::attention::{AttentionMask, multi_head_attention};
+use crate::nn::{
+    Activation, StackOutput, check_model_type, check_sizes, embedding, gather_tokens,
+    interpolate_square_grid, layer_norm, linear, load_module, model_type, read_scalar, run_stack,
+    token,
+};
 use crate::{
     EncoderOutput, ForwardOptions, ModelError, ModelInfo, TextEncoder, VisionEncoder, VisionReadout,
 };
-use bindscope_core::{Checkpoint, LoadOptions, load_strict};
+use bindscope_core::{Checkpoint, LoadOptions};
 use burn::module::Param;
 use burn::nn::conv::{Conv2d, Conv2dConfig};
-use burn::nn::{
-    Embedding, EmbeddingConfig, Initializer, LayerNorm, LayerNormConfig, Linear, LinearConfig,
-};
+use burn::nn::{Embedding, Initializer, LayerNorm, Linear};
 use burn::prelude::*;
-use burn::tensor::activation;
 use serde::Deserialize;
-use std::path::PathBuf;
+
+/// `model_type` of a two-tower `CLIPModel` checkpoint.
+pub const MODEL_TYPE: &str = "clip";
+/// `model_type` of a standalone `CLIPVisionModel(WithProjection)` checkpoint.
+pub const VISION_MODEL_TYPE: &str = "clip_vision_model";
+/// `model_type` of a standalone `CLIPTextModel(WithProjection)` checkpoint.
+pub const TEXT_MODEL_TYPE: &str = "clip_text_model";
 
 // ---------------------------------------------------------------------------------------------
 // Configuration
@@ -106,7 +114,7 @@ pub struct ClipVisionConfig {
 impl Default for ClipVisionConfig {
     fn default() -> Self {
         Self {
-            model_type: "clip_vision_model".into(),
+            model_type: VISION_MODEL_TYPE.into(),
             hidden_size: 768,
             intermediate_size: 3072,
             projection_dim: 512,
@@ -157,7 +165,7 @@ pub struct ClipTextConfig {
 impl Default for ClipTextConfig {
     fn default() -> Self {
         Self {
-            model_type: "clip_text_model".into(),
+            model_type: TEXT_MODEL_TYPE.into(),
             vocab_size: 49408,
             hidden_size: 512,
             intermediate_size: 2048,
@@ -175,7 +183,7 @@ impl Default for ClipTextConfig {
 }
 
 fn default_clip_type() -> String {
-    "clip".into()
+    MODEL_TYPE.into()
 }
 fn d512() -> usize {
     512
@@ -184,50 +192,6 @@ fn d512() -> usize {
 // ---------------------------------------------------------------------------------------------
 // Shared building blocks (also used by SigLIP)
 // ---------------------------------------------------------------------------------------------
-
-/// MLP activation named by a config's `hidden_act`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HiddenAct {
-    /// `quick_gelu`: `x · sigmoid(1.702 x)` (OpenAI CLIP).
-    QuickGelu,
-    /// `gelu`: exact, erf-based GELU.
-    Gelu,
-    /// `gelu_new` / `gelu_pytorch_tanh`: tanh approximation of GELU.
-    GeluTanh,
-    /// `relu`.
-    Relu,
-}
-
-impl HiddenAct {
-    /// Parses a transformers activation name.
-    ///
-    /// # Errors
-    /// [`ModelError::Unsupported`] naming the supported activations.
-    pub fn parse(name: &str, file: &std::path::Path) -> Result<Self, ModelError> {
-        match name {
-            "quick_gelu" => Ok(Self::QuickGelu),
-            "gelu" => Ok(Self::Gelu),
-            "gelu_new" | "gelu_pytorch_tanh" => Ok(Self::GeluTanh),
-            "relu" => Ok(Self::Relu),
-            other => Err(ModelError::Unsupported {
-                file: file.display().to_string(),
-                message: format!(
-                    "hidden_act '{other}' is not implemented (supported: quick_gelu, gelu, gelu_new, gelu_pytorch_tanh, relu)"
-                ),
-            }),
-        }
-    }
-
-    /// Applies the activation elementwise.
-    pub fn forward<const D: usize>(self, x: Tensor<D>) -> Tensor<D> {
-        match self {
-            Self::QuickGelu => x.clone() * activation::sigmoid(x * 1.702),
-            Self::Gelu => activation::gelu(x),
-            Self::GeluTanh => activation::gelu_approximate(x),
-            Self::Relu => activation::relu(x),
-        }
-    }
-}
 
 /// Sizes of one transformer encoder (CLIP / SigLIP tower).
 #[derive(Debug, Clone, Copy)]
@@ -243,24 +207,7 @@ pub struct EncoderDims {
     /// LayerNorm epsilon.
     pub layer_norm_eps: f64,
     /// MLP activation.
-    pub act: HiddenAct,
-}
-
-pub(crate) fn linear(d_in: usize, d_out: usize, bias: bool, device: &Device) -> Linear {
-    LinearConfig::new(d_in, d_out)
-        .with_bias(bias)
-        .with_initializer(Initializer::Zeros)
-        .init(device)
-}
-
-pub(crate) fn layer_norm(d: usize, eps: f64, device: &Device) -> LayerNorm {
-    LayerNormConfig::new(d).with_epsilon(eps).init(device)
-}
-
-pub(crate) fn embedding(n: usize, d: usize, device: &Device) -> Embedding {
-    EmbeddingConfig::new(n, d)
-        .with_initializer(Initializer::Zeros)
-        .init(device)
+    pub act: Activation,
 }
 
 /// Multi-head self-attention with separate projections (`self_attn.{q,k,v,out}_proj`;
@@ -283,10 +230,10 @@ impl ClipAttention {
     fn new(dims: &EncoderDims, device: &Device) -> Self {
         let d = dims.hidden_size;
         Self {
-            q_proj: linear(d, d, true, device),
-            k_proj: linear(d, d, true, device),
-            v_proj: linear(d, d, true, device),
-            out_proj: linear(d, d, true, device),
+            q_proj: linear(d, d, true, &Initializer::Zeros, device),
+            k_proj: linear(d, d, true, &Initializer::Zeros, device),
+            v_proj: linear(d, d, true, &Initializer::Zeros, device),
+            out_proj: linear(d, d, true, &Initializer::Zeros, device),
             num_heads: dims.num_heads,
         }
     }
@@ -315,14 +262,14 @@ pub struct ClipMlp {
     pub fc2: Linear,
     /// Activation from `hidden_act`.
     #[module(skip)]
-    pub act: HiddenAct,
+    pub act: Activation,
 }
 
 impl ClipMlp {
-    pub(crate) fn new(d: usize, inner: usize, act: HiddenAct, device: &Device) -> Self {
+    pub(crate) fn new(d: usize, inner: usize, act: Activation, device: &Device) -> Self {
         Self {
-            fc1: linear(d, inner, true, device),
-            fc2: linear(inner, d, true, device),
+            fc1: linear(d, inner, true, &Initializer::Zeros, device),
+            fc2: linear(inner, d, true, &Initializer::Zeros, device),
             act,
         }
     }
@@ -371,10 +318,6 @@ pub struct ClipEncoder {
     pub layers: Vec<ClipEncoderLayer>,
 }
 
-/// What [`ClipEncoder::forward`] returns: the last output and, on request, every hidden state
-/// (`L + 1`, starting with the input) and every block's attention probabilities (`L`).
-pub type EncoderStates = (Tensor<3>, Option<Vec<Tensor<3>>>, Option<Vec<Tensor<4>>>);
-
 impl ClipEncoder {
     /// A zero-initialised encoder of the given sizes (weights come from the checkpoint).
     pub fn new(dims: &EncoderDims, device: &Device) -> Self {
@@ -389,92 +332,16 @@ impl ClipEncoder {
         Self { layers }
     }
 
-    /// Runs every block on `x: [N, T, D]`.
-    pub fn forward(
-        &self,
-        x: Tensor<3>,
-        mask: &AttentionMask,
-        opts: ForwardOptions,
-    ) -> EncoderStates {
-        let mut hidden = opts.output_hidden_states.then(|| vec![x.clone()]);
-        let mut attns = opts.output_attentions.then(Vec::new);
-        let mut x = x;
-        for layer in &self.layers {
-            let (y, probs) = layer.forward(x, mask, opts.output_attentions);
-            x = y;
-            if let Some(h) = hidden.as_mut() {
-                h.push(x.clone());
-            }
-            if let (Some(a), Some(p)) = (attns.as_mut(), probs) {
-                a.push(p);
-            }
-        }
-        (x, hidden, attns)
-    }
-}
-
-/// Resamples a square grid of position embeddings `[g·g, D]` to `[gh·gw, D]` as transformers'
-/// `interpolate_pos_encoding` does (bicubic, `align_corners=False`), through
-/// [`crate::vit::interpolate_pos_grid`].
-pub fn interpolate_grid_positions(pos: Tensor<2>, grid: usize, target: [usize; 2]) -> Tensor<2> {
-    let [_, d] = pos.dims();
-    crate::vit::interpolate_pos_grid(pos.unsqueeze_dim(0), [grid, grid], target, false)
-        .reshape([target[0] * target[1], d])
-}
-
-/// Reads a scalar (rank-0 or one-element) float tensor, e.g. `logit_scale`, from the weight files.
-pub(crate) fn read_scalar(files: &[PathBuf], key: &str) -> Option<f32> {
-    use burn::store::{ModuleStore, SafetensorsStore, bridge};
-    for f in files {
-        let mut store = SafetensorsStore::from_file(f);
-        if let Ok(Some(t)) = store.get_tensor(key) {
-            let data = bridge::to_data(t).ok()?;
-            return data
-                .convert::<f32>()
-                .try_to_vec::<f32>()
-                .ok()?
-                .first()
-                .copied();
-        }
-    }
-    None
-}
-
-pub(crate) fn check_model_type(
-    ckpt: &Checkpoint,
-    found: &str,
-    expected: &[&str],
-) -> Result<(), ModelError> {
-    if expected.contains(&found) {
-        Ok(())
-    } else {
-        Err(ModelError::Unsupported {
-            file: ckpt.config.display().to_string(),
-            message: format!("model_type '{found}' is not one of {expected:?}"),
-        })
+    /// Runs every block on `x: [N, T, D]`, collecting hidden states (`L + 1`, the input
+    /// first) and attentions (`L`) as `opts` asks.
+    pub fn forward(&self, x: Tensor<3>, mask: &AttentionMask, opts: ForwardOptions) -> StackOutput {
+        run_stack(&self.layers, x, opts, |l, x, p| l.forward(x, mask, p))
     }
 }
 
 /// Keys every CLIP / SigLIP checkpoint may hold without a parameter: buffers and the
 /// contrastive temperature / bias (read separately, see [`ClipModel::logit_scale`]).
-pub(crate) const BENIGN: &[&str] = &[r"position_ids$", r"^logit_scale$", r"^logit_bias$"];
-
-/// Strict load with the shared benign keys added and, when the caller gave no `only` filter,
-/// the tower's own key prefixes (so a vision tower loads from a two-tower file).
-pub(crate) fn load_module<M: Module>(
-    module: M,
-    ckpt: &Checkpoint,
-    opts: &LoadOptions,
-    default_only: &[&str],
-) -> Result<M, ModelError> {
-    let mut opts = opts.clone();
-    opts.benign_unused
-        .extend(BENIGN.iter().map(|s| s.to_string()));
-    if opts.only.is_empty() {
-        opts.only = default_only.iter().map(|s| s.to_string()).collect();
-    }
-    Ok(load_strict(module, &ckpt.weights, &opts)?)
-}
+pub const BENIGN: &[&str] = &[r"position_ids$", r"^logit_scale$", r"^logit_bias$"];
 
 // ---------------------------------------------------------------------------------------------
 // Vision tower
@@ -511,8 +378,7 @@ impl ClipVisionEmbeddings {
         let num_pos = pos.dims()[0] - 1;
         let grid = (num_pos as f64).sqrt().round() as usize;
         let cls_pos = pos.clone().slice([0..1, 0..d]);
-        let patch_pos =
-            interpolate_grid_positions(pos.slice([1..num_pos + 1, 0..d]), grid, [gh, gw]);
+        let patch_pos = interpolate_square_grid(pos.slice([1..num_pos + 1, 0..d]), grid, [gh, gw]);
         let pos = Tensor::cat(vec![cls_pos, patch_pos], 0); // [1 + P, D]
         x + pos.unsqueeze_dim::<3>(0)
     }
@@ -532,7 +398,7 @@ pub struct ClipVisionTransformer {
 }
 
 impl ClipVisionTransformer {
-    fn new(cfg: &ClipVisionConfig, act: HiddenAct, device: &Device) -> Self {
+    fn new(cfg: &ClipVisionConfig, act: Activation, device: &Device) -> Self {
         let d = cfg.hidden_size;
         let grid = cfg.image_size / cfg.patch_size;
         let dims = EncoderDims {
@@ -571,7 +437,7 @@ impl ClipVisionTransformer {
             .pre_layrnorm
             .forward(self.embeddings.forward(pixel_values));
         let (last, hidden_states, attentions) = self.encoder.forward(x, &AttentionMask::None, opts);
-        let pooler_output = self.post_layernorm.forward(cls_token(last.clone()));
+        let pooler_output = self.post_layernorm.forward(token(last.clone(), 0));
         EncoderOutput {
             last_hidden_state: last,
             pooler_output,
@@ -579,11 +445,6 @@ impl ClipVisionTransformer {
             attentions,
         }
     }
-}
-
-fn cls_token(x: Tensor<3>) -> Tensor<2> {
-    let [n, _, d] = x.dims();
-    x.slice([0..n, 0..1, 0..d]).reshape([n, d])
 }
 
 /// The CLIP vision tower with its projection (transformers `CLIPVisionModelWithProjection`, or
@@ -611,8 +472,8 @@ impl ClipVisionModel {
         config_file: &std::path::Path,
         device: &Device,
     ) -> Result<Self, ModelError> {
-        let act = HiddenAct::parse(&cfg.hidden_act, config_file)?;
-        check_dims(cfg.hidden_size, cfg.num_attention_heads, config_file)?;
+        let act = Activation::parse(&cfg.hidden_act, "hidden_act", config_file)?;
+        check_sizes(config_file, cfg.hidden_size, cfg.num_attention_heads, &[])?;
         if cfg.patch_size == 0 || !cfg.image_size.is_multiple_of(cfg.patch_size) {
             return Err(ModelError::Unsupported {
                 file: config_file.display().to_string(),
@@ -624,7 +485,13 @@ impl ClipVisionModel {
         }
         Ok(Self {
             vision_model: ClipVisionTransformer::new(cfg, act, device),
-            visual_projection: linear(cfg.hidden_size, projection_dim, false, device),
+            visual_projection: linear(
+                cfg.hidden_size,
+                projection_dim,
+                false,
+                &Initializer::Zeros,
+                device,
+            ),
             config: cfg.clone(),
         })
     }
@@ -642,13 +509,13 @@ impl ClipVisionModel {
         opts: &LoadOptions,
     ) -> Result<Self, ModelError> {
         let (cfg, proj) = match model_type(ckpt)?.as_str() {
-            "clip_vision_model" => {
+            VISION_MODEL_TYPE => {
                 let c: ClipVisionConfig = ckpt.read_config()?;
                 let p = c.projection_dim;
                 (c, p)
             }
             other => {
-                check_model_type(ckpt, other, &["clip"])?;
+                check_model_type(ckpt, other, &[MODEL_TYPE])?;
                 let c = ClipConfig::from_checkpoint(ckpt)?;
                 (c.vision_config, c.projection_dim)
             }
@@ -658,6 +525,7 @@ impl ClipVisionModel {
             model,
             ckpt,
             opts,
+            BENIGN,
             &[r"^vision_model\.", r"^visual_projection\."],
         )
     }
@@ -683,8 +551,8 @@ fn vision_readout(
     readout: VisionReadout,
 ) -> Tensor<2> {
     match readout {
-        VisionReadout::Pooled => proj.forward(vm.post_layernorm.forward(cls_token(hidden))),
-        VisionReadout::Summary => vm.post_layernorm.forward(cls_token(hidden)),
+        VisionReadout::Pooled => proj.forward(vm.post_layernorm.forward(token(hidden, 0))),
+        VisionReadout::Summary => vm.post_layernorm.forward(token(hidden, 0)),
         VisionReadout::MeanPatch => {
             let [n, t, d] = hidden.dims();
             let patches = vm.post_layernorm.forward(hidden.slice([0..n, 1..t, 0..d]));
@@ -717,7 +585,7 @@ impl VisionEncoder for ClipVisionModel {
     fn info(&self) -> ModelInfo {
         let c = &self.config;
         ModelInfo {
-            model_type: "clip".into(),
+            model_type: MODEL_TYPE.into(),
             hidden_size: c.hidden_size,
             embed_dim: self.visual_projection.weight.dims()[1],
             num_layers: c.num_hidden_layers,
@@ -727,30 +595,6 @@ impl VisionEncoder for ClipVisionModel {
             patch_size: c.patch_size,
         }
     }
-}
-
-pub(crate) fn check_dims(
-    hidden: usize,
-    heads: usize,
-    file: &std::path::Path,
-) -> Result<(), ModelError> {
-    if heads == 0 || !hidden.is_multiple_of(heads) {
-        return Err(ModelError::Unsupported {
-            file: file.display().to_string(),
-            message: format!(
-                "hidden_size {hidden} is not divisible by num_attention_heads {heads}"
-            ),
-        });
-    }
-    Ok(())
-}
-
-pub(crate) fn model_type(ckpt: &Checkpoint) -> Result<String, ModelError> {
-    let v = ckpt.config_json()?;
-    Ok(v.get("model_type")
-        .and_then(|m| m.as_str())
-        .unwrap_or("")
-        .to_string())
 }
 
 impl ClipConfig {
@@ -891,21 +735,8 @@ impl EosPooling {
     }
 }
 
-/// Picks `x[n, pos[n], :]`: `[N, T, D]` → `[N, D]`.
-pub(crate) fn gather_tokens(x: Tensor<3>, pos: &[usize]) -> Tensor<2> {
-    let [n, t, d] = x.dims();
-    let device = x.device();
-    let flat: Vec<i64> = pos
-        .iter()
-        .enumerate()
-        .map(|(i, &p)| (i * t + p) as i64)
-        .collect();
-    let idx = Tensor::<1, Int>::from_ints(flat.as_slice(), &device);
-    x.reshape([n * t, d]).select(0, idx)
-}
-
 impl ClipTextTransformer {
-    fn new(cfg: &ClipTextConfig, act: HiddenAct, device: &Device) -> Self {
+    fn new(cfg: &ClipTextConfig, act: Activation, device: &Device) -> Self {
         let d = cfg.hidden_size;
         let dims = EncoderDims {
             hidden_size: d,
@@ -987,11 +818,17 @@ impl ClipTextModel {
         config_file: &std::path::Path,
         device: &Device,
     ) -> Result<Self, ModelError> {
-        let act = HiddenAct::parse(&cfg.hidden_act, config_file)?;
-        check_dims(cfg.hidden_size, cfg.num_attention_heads, config_file)?;
+        let act = Activation::parse(&cfg.hidden_act, "hidden_act", config_file)?;
+        check_sizes(config_file, cfg.hidden_size, cfg.num_attention_heads, &[])?;
         Ok(Self {
             text_model: ClipTextTransformer::new(cfg, act, device),
-            text_projection: linear(cfg.hidden_size, projection_dim, false, device),
+            text_projection: linear(
+                cfg.hidden_size,
+                projection_dim,
+                false,
+                &Initializer::Zeros,
+                device,
+            ),
             config: cfg.clone(),
         })
     }
@@ -1008,13 +845,13 @@ impl ClipTextModel {
         opts: &LoadOptions,
     ) -> Result<Self, ModelError> {
         let (cfg, proj) = match model_type(ckpt)?.as_str() {
-            "clip_text_model" => {
+            TEXT_MODEL_TYPE => {
                 let c: ClipTextConfig = ckpt.read_config()?;
                 let p = c.projection_dim;
                 (c, p)
             }
             other => {
-                check_model_type(ckpt, other, &["clip"])?;
+                check_model_type(ckpt, other, &[MODEL_TYPE])?;
                 let c = ClipConfig::from_checkpoint(ckpt)?;
                 (c.text_config, c.projection_dim)
             }
@@ -1024,6 +861,7 @@ impl ClipTextModel {
             model,
             ckpt,
             opts,
+            BENIGN,
             &[r"^text_model\.", r"^text_projection\."],
         )
     }
@@ -1067,7 +905,7 @@ impl TextEncoder for ClipTextModel {
     fn info(&self) -> ModelInfo {
         let c = &self.config;
         ModelInfo {
-            model_type: "clip".into(),
+            model_type: MODEL_TYPE.into(),
             hidden_size: c.hidden_size,
             embed_dim: self.text_projection.weight.dims()[1],
             num_layers: c.num_hidden_layers,
@@ -1115,7 +953,7 @@ impl ClipModel {
         device: &Device,
         opts: &LoadOptions,
     ) -> Result<Self, ModelError> {
-        check_model_type(ckpt, &model_type(ckpt)?, &["clip"])?;
+        check_model_type(ckpt, &model_type(ckpt)?, &[MODEL_TYPE])?;
         let cfg = ClipConfig::from_checkpoint(ckpt)?;
         let v = ClipVisionModel::new(&cfg.vision_config, cfg.projection_dim, &ckpt.config, device)?;
         let t = ClipTextModel::new(&cfg.text_config, cfg.projection_dim, &ckpt.config, device)?;
@@ -1127,7 +965,7 @@ impl ClipModel {
             config: cfg,
             logit_scale: None,
         };
-        let mut model = load_module(model, ckpt, opts, &[])?;
+        let mut model = load_module(model, ckpt, opts, BENIGN, &[])?;
         model.logit_scale = read_scalar(&ckpt.weights, "logit_scale");
         Ok(model)
     }

@@ -33,8 +33,8 @@
 //! skipped when the grid is the configured one. `Dinov2Model` calls it without antialiasing
 //! (Keys cubic, `A = -0.75`); `Dinov2WithRegistersModel` passes `antialias=True` (PIL-style
 //! cubic, `A = -0.5`, widened support when shrinking). Both go through
-//! [`crate::vit::interpolate_pos_grid`] (burn's bicubic `interpolate`, and
-//! [`crate::vit::bicubic_aa_weights`] for the antialiased kernel burn lacks). Known gap: torch's antialiased kernel gives different results when the
+//! [`crate::nn::interpolate_pos_grid`] (burn's bicubic `interpolate`, and
+//! [`crate::nn::bicubic_aa_weights`] for the antialiased kernel burn lacks). Known gap: torch's antialiased kernel gives different results when the
 //! output grid is exactly one patch wide (`W < 2p` for a taller image) — a degenerate input.
 //!
 //! ## Keys
@@ -53,11 +53,20 @@ use burn::nn::{Initializer, LayerNorm, LayerNormConfig, Linear};
 use burn::prelude::*;
 use burn::tensor::activation::silu;
 use serde::Deserialize;
+use std::path::Path;
 
-use crate::vit::{
-    Activation, PatchEmbeddings, ViTAttention, ViTBlockSpec, check_sizes, checkpoint_shapes,
-    de_image_size, interpolate_pos_grid, linear, mean_patch, run_stack, token,
+/// `model_type` of a `Dinov2Model` checkpoint.
+pub const MODEL_TYPE: &str = "dinov2";
+/// `model_type` of a `Dinov2WithRegistersModel` checkpoint.
+pub const WITH_REGISTERS_MODEL_TYPE: &str = "dinov2_with_registers";
+/// Every `model_type` this file loads.
+pub const MODEL_TYPES: &[&str] = &[MODEL_TYPE, WITH_REGISTERS_MODEL_TYPE];
+
+use crate::nn::{
+    Activation, check_sizes, checkpoint_shapes, de_image_size, interpolate_pos_grid, linear,
+    mean_patch, run_stack, token,
 };
+use crate::vit::{PatchEmbeddings, ViTAttention, ViTBlockSpec};
 use crate::{EncoderOutput, ForwardOptions, ModelError, ModelInfo, VisionEncoder, VisionReadout};
 
 /// `config.json` of `Dinov2Model` / `Dinov2WithRegistersModel` (`Dinov2Config`,
@@ -101,7 +110,7 @@ pub struct Dinov2Config {
 impl Default for Dinov2Config {
     fn default() -> Self {
         Self {
-            model_type: "dinov2".into(),
+            model_type: MODEL_TYPE.into(),
             hidden_size: 768,
             num_hidden_layers: 12,
             num_attention_heads: 12,
@@ -121,7 +130,7 @@ impl Default for Dinov2Config {
 
 impl Dinov2Config {
     fn with_registers(&self) -> bool {
-        self.model_type == "dinov2_with_registers"
+        self.model_type == WITH_REGISTERS_MODEL_TYPE
     }
 
     /// The patch side, with the class default.
@@ -318,7 +327,7 @@ impl Dinov2Model {
         device: &Device,
         file: &str,
     ) -> Result<Self, ModelError> {
-        if config.model_type != "dinov2" && config.model_type != "dinov2_with_registers" {
+        if !MODEL_TYPES.contains(&config.model_type.as_str()) {
             return Err(ModelError::Unsupported {
                 file: file.into(),
                 message: format!(
@@ -329,17 +338,17 @@ impl Dinov2Model {
         }
         let (d, patch) = (config.hidden_size, config.patch());
         check_sizes(
-            file,
+            Path::new(file),
             d,
             config.num_attention_heads,
-            patch,
             &[
+                ("patch_size", patch),
                 ("hidden_size", d),
                 ("mlp_ratio · hidden_size", config.ffn_hidden()),
                 ("num_channels", config.num_channels),
             ],
         )?;
-        let act = Activation::parse(&config.hidden_act, "hidden_act", file)?;
+        let act = Activation::parse(&config.hidden_act, "hidden_act", Path::new(file))?;
         let spec = ViTBlockSpec {
             hidden_size: d,
             num_heads: config.num_attention_heads,
@@ -443,7 +452,9 @@ impl Dinov2Model {
         let shapes = checkpoint_shapes(ckpt)?;
         let mut opts = opts.clone();
         if !shapes.contains_key("embeddings.cls_token") {
-            for prefix in ["dinov2", "dinov2_with_registers"] {
+            // transformers names the base-model attribute of the classification classes after
+            // the model type (`dinov2.`, `dinov2_with_registers.`).
+            for prefix in MODEL_TYPES {
                 if shapes.contains_key(&format!("{prefix}.embeddings.cls_token")) {
                     opts.remap.push((format!("^{prefix}\\."), String::new()));
                     opts.benign_unused.push("^classifier\\.".into());

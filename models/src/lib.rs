@@ -13,13 +13,19 @@
 //! | [`vit_mae`] | ViT-MAE encoder, masking off | `ViTMAEModel` |
 //! | [`bert`] | BERT encoder, sentence-transformers mean pooling | `BertModel` |
 //!
-//! Every vision model implements [`VisionEncoder`], every text model [`TextEncoder`];
-//! [`registry`] builds the right one from a checkpoint's `config.json` (`model_type`).
+//! Every vision model implements [`VisionEncoder`], every text model [`TextEncoder`], and a
+//! decoder language model will implement [`CausalLm`]; [`registry`] builds the right one from a
+//! checkpoint's `config.json` (`model_type`, one table row per architecture).
+//!
+//! What the architectures share is the kernel: [`nn`] (activations, layer builders,
+//! position-embedding resampling, pooling, load helpers) and [`attention`] (heads, masks,
+//! grouped-query attention, rotary embeddings, KV cache).
 
 pub mod attention;
 pub mod bert;
 pub mod clip;
 pub mod dinov2;
+pub mod nn;
 pub mod registry;
 pub mod siglip;
 pub mod vit;
@@ -207,6 +213,68 @@ pub trait TextEncoder: Send + Sync {
     fn embed_text(&self, input_ids: Tensor<2, Int>, attention_mask: Tensor<2, Int>) -> Tensor<2>;
 
     /// Static facts about the model.
+    fn info(&self) -> ModelInfo;
+}
+
+/// The input of a [`CausalLm`] forward pass: token ids, or embeddings that replace the token
+/// embedding lookup (transformers' `inputs_embeds`: where an embedding from another model is
+/// injected).
+#[derive(Debug, Clone)]
+pub enum LmInput {
+    /// `input_ids: [N, T]`.
+    Ids(Tensor<2, Int>),
+    /// `inputs_embeds: [N, T, D]` (`D` = the decoder's `hidden_size`).
+    Embeds(Tensor<3>),
+}
+
+/// What a [`CausalLm`] forward pass returns, named as in transformers' `CausalLMOutputWithPast`.
+#[derive(Debug, Clone)]
+pub struct CausalLmOutput {
+    /// `[N, T, V]`: next-token logits at every input position.
+    pub logits: Tensor<3>,
+    /// `L + 1` tensors `[N, T, D]`: the input embeddings, then the output of each block (the
+    /// last one after the final norm, as transformers reports it).
+    pub hidden_states: Option<Vec<Tensor<3>>>,
+    /// `L` tensors `[N, H, T, P + T]`: attention probabilities of each block over the cached
+    /// and the new positions.
+    pub attentions: Option<Vec<Tensor<4>>>,
+}
+
+/// A decoder-only language model (Llama, Qwen2, Qwen3, …): the readout of the generative
+/// studies. Implementations build on [`attention::scaled_dot_product_attention`],
+/// [`attention::RotaryEmbedding`] and one [`attention::KvCache`] per layer.
+pub trait CausalLm: Send + Sync {
+    /// One forward pass over `input` after the `cache.len()` positions already in `cache`
+    /// (empty for a fresh prompt), appending the new keys and values to it.
+    ///
+    /// # Shapes
+    /// - `input`: `[N, T]` ids or `[N, T, D]` embeddings;
+    /// - `attention_mask`: `[N, P + T]`, 1 = token, 0 = padding (left padding for batches);
+    ///   `None` means no padding;
+    /// - `position_ids`: `[N, T]`; `None` means `P..P + T` for every row;
+    /// - `cache`: one [`attention::KvCache`] per layer ([`CausalLm::new_cache`]).
+    ///
+    /// # Errors
+    /// [`ModelError::Unsupported`] when `P + T` exceeds `max_position_embeddings`, or when the
+    /// shapes disagree with the model.
+    fn forward_causal(
+        &self,
+        input: LmInput,
+        attention_mask: Option<Tensor<2, Int>>,
+        position_ids: Option<Tensor<2, Int>>,
+        cache: &mut [attention::KvCache],
+        opts: ForwardOptions,
+    ) -> Result<CausalLmOutput, ModelError>;
+
+    /// The token embedding lookup `[N, T]` → `[N, T, D]` (`embed_tokens`), so a caller can
+    /// build `inputs_embeds` that mix token and injected embeddings.
+    fn embed_tokens(&self, input_ids: Tensor<2, Int>) -> Tensor<3>;
+
+    /// An empty cache: one [`attention::KvCache`] per layer.
+    fn new_cache(&self) -> Vec<attention::KvCache>;
+
+    /// Static facts about the model (`input_size` = `[max_position_embeddings, 0]`,
+    /// `embed_dim` = vocabulary size).
     fn info(&self) -> ModelInfo;
 }
 

@@ -1,42 +1,157 @@
-//! Building the right encoder from a checkpoint's `config.json`.
+//! Building the right model from a checkpoint's `config.json`: one table, one row per
+//! `model_type` ([`ARCHITECTURES`]).
 //!
-//! Dispatches on `model_type`:
+//! | `model_type` | HF class | vision tower | text tower |
+//! |---|---|---|---|
+//! | `clip` | `CLIPModel` | [`crate::clip`] vision + `visual_projection` | [`crate::clip`] text + `text_projection` |
+//! | `clip_vision_model` | `CLIPVisionModelWithProjection` | [`crate::clip::ClipVisionModel`] | — |
+//! | `clip_text_model` | `CLIPTextModelWithProjection` | — | [`crate::clip::ClipTextModel`] |
+//! | `siglip` | `SiglipModel` | [`crate::siglip`] vision + MAP head | [`crate::siglip`] text + head |
+//! | `siglip_vision_model` | `SiglipVisionModel` | [`crate::siglip::SiglipVisionModel`] | — |
+//! | `siglip_text_model` | `SiglipTextModel` | — | [`crate::siglip::SiglipTextModel`] |
+//! | `dinov2`, `dinov2_with_registers` | `Dinov2Model`, `Dinov2WithRegistersModel` | [`crate::dinov2::Dinov2Model`] | — |
+//! | `vit` | `ViTModel` | [`crate::vit::ViTModel`] | — |
+//! | `vit_mae` | `ViTMAEModel` | [`crate::vit_mae::ViTMAEModel`] | — |
+//! | `bert` | `BertModel` | — | [`crate::bert::BertModel`] |
 //!
-//! | `model_type` | vision tower | text tower |
-//! |---|---|---|
-//! | `clip` | [`crate::clip`] vision + `visual_projection` | [`crate::clip`] text + `text_projection` |
-//! | `siglip` | [`crate::siglip`] vision + MAP head | [`crate::siglip`] text + head |
-//! | `dinov2`, `dinov2_with_registers` | [`crate::dinov2::Dinov2Model`] | — |
-//! | `vit` | [`crate::vit::ViTModel`] | — |
-//! | `vit_mae` | [`crate::vit_mae::ViTMAEModel`] | — |
-//! | `bert` | — | [`crate::bert::BertModel`] |
+//! The `model_type` strings are the model files' `MODEL_TYPE` constants; a new architecture adds
+//! one row here (and a `causal_lm` loader column when decoders land).
 //!
 //! A model loaded onto an autodiff device is frozen ([`burn::module::Module::no_grad`]): its
 //! parameters never collect gradients, so a backward pass costs only the input gradients.
 
 use crate::{ModelError, ModelInfo, TextEncoder, VisionEncoder};
+use crate::{bert, clip, dinov2, siglip, vit, vit_mae};
 use bindscope_core::{Checkpoint, LoadOptions};
 use burn::module::Module;
 use burn::tensor::Device;
 
-/// `model_type` of `config.json`.
-///
-/// # Errors
-/// [`ModelError::Checkpoint`] when the file is unreadable; [`ModelError::Unsupported`] when the
-/// field is missing.
-pub fn model_type(ckpt: &Checkpoint) -> Result<String, ModelError> {
-    let v = ckpt.config_json()?;
-    v.get("model_type")
-        .and_then(|m| m.as_str())
-        .map(str::to_string)
-        .ok_or_else(|| ModelError::Unsupported {
-            file: ckpt.config.display().to_string(),
-            message: "no 'model_type' field: cannot tell the architecture".into(),
-        })
+pub use crate::nn::model_type;
+
+/// Loads a vision tower from a checkpoint.
+pub type VisionLoader =
+    fn(&Checkpoint, &Device, &LoadOptions) -> Result<Box<dyn VisionEncoder>, ModelError>;
+/// Loads a text tower from a checkpoint.
+pub type TextLoader =
+    fn(&Checkpoint, &Device, &LoadOptions) -> Result<Box<dyn TextEncoder>, ModelError>;
+
+/// One row of the registry: the `model_type`s a Hugging Face class writes and the towers this
+/// crate builds from them.
+#[derive(Debug, Clone, Copy)]
+pub struct Architecture {
+    /// `model_type` values of `config.json` this row handles.
+    pub model_types: &'static [&'static str],
+    /// The transformers class the weights come from (for messages and `info`).
+    pub hf_class: &'static str,
+    /// The vision tower, if the architecture has one.
+    pub vision: Option<VisionLoader>,
+    /// The text tower, if the architecture has one.
+    pub text: Option<TextLoader>,
 }
 
 fn freeze<M: Module>(m: M, device: &Device) -> M {
     if device.is_autodiff() { m.no_grad() } else { m }
+}
+
+fn boxed_vision<M: VisionEncoder + Module + 'static>(
+    m: Result<M, ModelError>,
+    device: &Device,
+) -> Result<Box<dyn VisionEncoder>, ModelError> {
+    Ok(Box::new(freeze(m?, device)))
+}
+
+fn boxed_text<M: TextEncoder + Module + 'static>(
+    m: Result<M, ModelError>,
+    device: &Device,
+) -> Result<Box<dyn TextEncoder>, ModelError> {
+    Ok(Box::new(freeze(m?, device)))
+}
+
+const CLIP_VISION: VisionLoader = |c, d, o| boxed_vision(clip::ClipVisionModel::load(c, d, o), d);
+const CLIP_TEXT: TextLoader = |c, d, o| boxed_text(clip::ClipTextModel::load(c, d, o), d);
+const SIGLIP_VISION: VisionLoader =
+    |c, d, o| boxed_vision(siglip::SiglipVisionModel::load(c, d, o), d);
+const SIGLIP_TEXT: TextLoader = |c, d, o| boxed_text(siglip::SiglipTextModel::load(c, d, o), d);
+
+/// Every architecture this crate loads, one row per Hugging Face class.
+pub const ARCHITECTURES: &[Architecture] = &[
+    Architecture {
+        model_types: &[clip::MODEL_TYPE],
+        hf_class: "CLIPModel",
+        vision: Some(CLIP_VISION),
+        text: Some(CLIP_TEXT),
+    },
+    Architecture {
+        model_types: &[clip::VISION_MODEL_TYPE],
+        hf_class: "CLIPVisionModelWithProjection",
+        vision: Some(CLIP_VISION),
+        text: None,
+    },
+    Architecture {
+        model_types: &[clip::TEXT_MODEL_TYPE],
+        hf_class: "CLIPTextModelWithProjection",
+        vision: None,
+        text: Some(CLIP_TEXT),
+    },
+    Architecture {
+        model_types: &[siglip::MODEL_TYPE],
+        hf_class: "SiglipModel",
+        vision: Some(SIGLIP_VISION),
+        text: Some(SIGLIP_TEXT),
+    },
+    Architecture {
+        model_types: &[siglip::VISION_MODEL_TYPE],
+        hf_class: "SiglipVisionModel",
+        vision: Some(SIGLIP_VISION),
+        text: None,
+    },
+    Architecture {
+        model_types: &[siglip::TEXT_MODEL_TYPE],
+        hf_class: "SiglipTextModel",
+        vision: None,
+        text: Some(SIGLIP_TEXT),
+    },
+    Architecture {
+        model_types: dinov2::MODEL_TYPES,
+        hf_class: "Dinov2Model",
+        vision: Some(|c, d, o| boxed_vision(dinov2::Dinov2Model::load(c, d, o), d)),
+        text: None,
+    },
+    Architecture {
+        model_types: &[vit::MODEL_TYPE],
+        hf_class: "ViTModel",
+        vision: Some(|c, d, o| boxed_vision(vit::ViTModel::load(c, d, o), d)),
+        text: None,
+    },
+    Architecture {
+        model_types: &[vit_mae::MODEL_TYPE],
+        hf_class: "ViTMAEModel",
+        vision: Some(|c, d, o| boxed_vision(vit_mae::ViTMAEModel::load(c, d, o), d)),
+        text: None,
+    },
+    Architecture {
+        model_types: &[bert::MODEL_TYPE],
+        hf_class: "BertModel",
+        vision: None,
+        text: Some(|c, d, o| boxed_text(bert::BertModel::load(c, d, o), d)),
+    },
+];
+
+/// The row that handles `model_type`, if any.
+pub fn find(model_type: &str) -> Option<&'static Architecture> {
+    ARCHITECTURES
+        .iter()
+        .find(|a| a.model_types.contains(&model_type))
+}
+
+/// The `model_type`s of the rows `has` selects, comma-separated, for error messages.
+fn supported(has: impl Fn(&Architecture) -> bool) -> String {
+    ARCHITECTURES
+        .iter()
+        .filter(|a| has(a))
+        .flat_map(|a| a.model_types.iter().copied())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn unsupported(ckpt: &Checkpoint, mt: &str, what: &str, known: &str) -> ModelError {
@@ -45,9 +160,6 @@ fn unsupported(ckpt: &Checkpoint, mt: &str, what: &str, known: &str) -> ModelErr
         message: format!("model_type '{mt}' has no {what} here (supported: {known})"),
     }
 }
-
-const VISION_TYPES: &str = "clip, siglip, dinov2, dinov2_with_registers, vit, vit_mae";
-const TEXT_TYPES: &str = "clip, siglip, bert";
 
 /// Loads the vision encoder of a checkpoint (for two-tower models only the vision tower's
 /// weights are read; the text tower's keys are ignored, not reported).
@@ -60,29 +172,15 @@ pub fn load_vision(
     opts: &LoadOptions,
 ) -> Result<Box<dyn VisionEncoder>, ModelError> {
     let mt = model_type(ckpt)?;
-    Ok(match mt.as_str() {
-        "clip" | "clip_vision_model" => Box::new(freeze(
-            crate::clip::ClipVisionModel::load(ckpt, device, opts)?,
-            device,
+    match find(&mt).and_then(|a| a.vision) {
+        Some(load) => load(ckpt, device, opts),
+        None => Err(unsupported(
+            ckpt,
+            &mt,
+            "vision encoder",
+            &supported(|a| a.vision.is_some()),
         )),
-        "siglip" | "siglip_vision_model" => Box::new(freeze(
-            crate::siglip::SiglipVisionModel::load(ckpt, device, opts)?,
-            device,
-        )),
-        "dinov2" | "dinov2_with_registers" => Box::new(freeze(
-            crate::dinov2::Dinov2Model::load(ckpt, device, opts)?,
-            device,
-        )),
-        "vit" => Box::new(freeze(
-            crate::vit::ViTModel::load(ckpt, device, opts)?,
-            device,
-        )),
-        "vit_mae" => Box::new(freeze(
-            crate::vit_mae::ViTMAEModel::load(ckpt, device, opts)?,
-            device,
-        )),
-        other => return Err(unsupported(ckpt, other, "vision encoder", VISION_TYPES)),
-    })
+    }
 }
 
 /// Loads the text encoder of a checkpoint.
@@ -95,21 +193,15 @@ pub fn load_text(
     opts: &LoadOptions,
 ) -> Result<Box<dyn TextEncoder>, ModelError> {
     let mt = model_type(ckpt)?;
-    Ok(match mt.as_str() {
-        "clip" | "clip_text_model" => Box::new(freeze(
-            crate::clip::ClipTextModel::load(ckpt, device, opts)?,
-            device,
+    match find(&mt).and_then(|a| a.text) {
+        Some(load) => load(ckpt, device, opts),
+        None => Err(unsupported(
+            ckpt,
+            &mt,
+            "text encoder",
+            &supported(|a| a.text.is_some()),
         )),
-        "siglip" | "siglip_text_model" => Box::new(freeze(
-            crate::siglip::SiglipTextModel::load(ckpt, device, opts)?,
-            device,
-        )),
-        "bert" => Box::new(freeze(
-            crate::bert::BertModel::load(ckpt, device, opts)?,
-            device,
-        )),
-        other => return Err(unsupported(ckpt, other, "text encoder", TEXT_TYPES)),
-    })
+    }
 }
 
 /// Loads every tower the checkpoint has and returns `(tower, info)` pairs (`"vision"`,
@@ -124,42 +216,15 @@ pub fn load_any(
     opts: &LoadOptions,
 ) -> Result<Vec<(String, ModelInfo)>, ModelError> {
     let mt = model_type(ckpt)?;
+    let Some(arch) = find(&mt) else {
+        return Err(unsupported(ckpt, &mt, "encoder", &supported(|_| true)));
+    };
     let mut out = Vec::new();
-    let has_vision = [
-        "clip",
-        "clip_vision_model",
-        "siglip",
-        "siglip_vision_model",
-        "dinov2",
-        "dinov2_with_registers",
-        "vit",
-        "vit_mae",
-    ]
-    .contains(&mt.as_str());
-    let has_text = [
-        "clip",
-        "clip_text_model",
-        "siglip",
-        "siglip_text_model",
-        "bert",
-    ]
-    .contains(&mt.as_str());
-    if has_vision {
-        out.push((
-            "vision".to_string(),
-            load_vision(ckpt, device, opts)?.info(),
-        ));
+    if let Some(load) = arch.vision {
+        out.push(("vision".to_string(), load(ckpt, device, opts)?.info()));
     }
-    if has_text {
-        out.push(("text".to_string(), load_text(ckpt, device, opts)?.info()));
-    }
-    if out.is_empty() {
-        return Err(unsupported(
-            ckpt,
-            &mt,
-            "encoder",
-            &format!("{VISION_TYPES}, bert"),
-        ));
+    if let Some(load) = arch.text {
+        out.push(("text".to_string(), load(ckpt, device, opts)?.info()));
     }
     Ok(out)
 }

@@ -36,10 +36,10 @@
 //! the mask as an `Option`, exactly as transformers does.
 
 use crate::attention::{AttentionMask, multi_head_attention};
-use crate::clip::{
-    ClipEncoder, ClipMlp, ClipTextEmbeddings, EncoderDims, HiddenAct, check_dims, check_model_type,
-    embedding, interpolate_grid_positions, layer_norm, linear, load_module, model_type,
-    read_scalar,
+use crate::clip::{BENIGN, ClipEncoder, ClipMlp, ClipTextEmbeddings, EncoderDims};
+use crate::nn::{
+    Activation, check_model_type, check_sizes, embedding, interpolate_square_grid, layer_norm,
+    linear, load_module, model_type, read_scalar,
 };
 use crate::{
     EncoderOutput, ForwardOptions, ModelError, ModelInfo, TextEncoder, VisionEncoder, VisionReadout,
@@ -51,6 +51,13 @@ use burn::nn::{Embedding, Initializer, LayerNorm, Linear};
 use burn::prelude::*;
 use serde::Deserialize;
 use std::path::Path;
+
+/// `model_type` of a two-tower `SiglipModel` checkpoint.
+pub const MODEL_TYPE: &str = "siglip";
+/// `model_type` of a standalone `SiglipVisionModel` checkpoint.
+pub const VISION_MODEL_TYPE: &str = "siglip_vision_model";
+/// `model_type` of a standalone `SiglipTextModel` checkpoint.
+pub const TEXT_MODEL_TYPE: &str = "siglip_text_model";
 
 // ---------------------------------------------------------------------------------------------
 // Configuration
@@ -109,7 +116,7 @@ pub struct SiglipVisionConfig {
 impl Default for SiglipVisionConfig {
     fn default() -> Self {
         Self {
-            model_type: "siglip_vision_model".into(),
+            model_type: VISION_MODEL_TYPE.into(),
             hidden_size: 768,
             intermediate_size: 3072,
             num_hidden_layers: 12,
@@ -159,7 +166,7 @@ pub struct SiglipTextConfig {
 impl Default for SiglipTextConfig {
     fn default() -> Self {
         Self {
-            model_type: "siglip_text_model".into(),
+            model_type: TEXT_MODEL_TYPE.into(),
             vocab_size: 32000,
             hidden_size: 768,
             intermediate_size: 3072,
@@ -178,7 +185,7 @@ impl Default for SiglipTextConfig {
 
 impl SiglipVisionConfig {
     fn dims(&self, file: &Path) -> Result<EncoderDims, ModelError> {
-        check_dims(self.hidden_size, self.num_attention_heads, file)?;
+        check_sizes(file, self.hidden_size, self.num_attention_heads, &[])?;
         if self.patch_size == 0 || !self.image_size.is_multiple_of(self.patch_size) {
             return Err(ModelError::Unsupported {
                 file: file.display().to_string(),
@@ -202,21 +209,21 @@ impl SiglipVisionConfig {
             num_layers: self.num_hidden_layers,
             num_heads: self.num_attention_heads,
             layer_norm_eps: self.layer_norm_eps,
-            act: HiddenAct::parse(&self.hidden_act, file)?,
+            act: Activation::parse(&self.hidden_act, "hidden_act", file)?,
         })
     }
 }
 
 impl SiglipTextConfig {
     fn dims(&self, file: &Path) -> Result<EncoderDims, ModelError> {
-        check_dims(self.hidden_size, self.num_attention_heads, file)?;
+        check_sizes(file, self.hidden_size, self.num_attention_heads, &[])?;
         Ok(EncoderDims {
             hidden_size: self.hidden_size,
             intermediate_size: self.intermediate_size,
             num_layers: self.num_hidden_layers,
             num_heads: self.num_attention_heads,
             layer_norm_eps: self.layer_norm_eps,
-            act: HiddenAct::parse(&self.hidden_act, file)?,
+            act: Activation::parse(&self.hidden_act, "hidden_act", file)?,
         })
     }
 }
@@ -244,7 +251,7 @@ impl SiglipVisionEmbeddings {
         let x = patches.reshape([n, d, gh * gw]).swap_dims(1, 2); // [N, P, D]
         let pos = self.position_embedding.weight.val(); // [g², D]
         let grid = (pos.dims()[0] as f64).sqrt().round() as usize;
-        x + interpolate_grid_positions(pos, grid, [gh, gw]).unsqueeze_dim::<3>(0)
+        x + interpolate_square_grid(pos, grid, [gh, gw]).unsqueeze_dim::<3>(0)
     }
 }
 
@@ -268,7 +275,7 @@ impl TorchMultiheadAttention {
         Self {
             in_proj_weight: Param::from_tensor(Tensor::zeros([3 * d, d], device)),
             in_proj_bias: Param::from_tensor(Tensor::zeros([3 * d], device)),
-            out_proj: linear(d, d, true, device),
+            out_proj: linear(d, d, true, &Initializer::Zeros, device),
             num_heads: heads,
         }
     }
@@ -446,14 +453,14 @@ impl SiglipVisionModel {
         opts: &LoadOptions,
     ) -> Result<Self, ModelError> {
         let cfg = match model_type(ckpt)?.as_str() {
-            "siglip_vision_model" => ckpt.read_config::<SiglipVisionConfig>()?,
+            VISION_MODEL_TYPE => ckpt.read_config::<SiglipVisionConfig>()?,
             other => {
-                check_model_type(ckpt, other, &["siglip"])?;
+                check_model_type(ckpt, other, &[MODEL_TYPE])?;
                 ckpt.read_config::<SiglipConfig>()?.vision_config
             }
         };
         let model = Self::new(&cfg, &ckpt.config, device)?;
-        load_module(model, ckpt, opts, &[r"^vision_model\."])
+        load_module(model, ckpt, opts, BENIGN, &[r"^vision_model\."])
     }
 
     /// See [`SiglipVisionTransformer::forward`].
@@ -480,7 +487,7 @@ impl VisionEncoder for SiglipVisionModel {
     fn info(&self) -> ModelInfo {
         let c = &self.config;
         ModelInfo {
-            model_type: "siglip".into(),
+            model_type: MODEL_TYPE.into(),
             hidden_size: c.hidden_size,
             embed_dim: c.hidden_size,
             num_layers: c.num_hidden_layers,
@@ -573,7 +580,13 @@ impl SiglipTextModel {
                 ),
                 encoder: ClipEncoder::new(&dims, device),
                 final_layer_norm: layer_norm(d, cfg.layer_norm_eps, device),
-                head: linear(d, cfg.projection_size.unwrap_or(d), true, device),
+                head: linear(
+                    d,
+                    cfg.projection_size.unwrap_or(d),
+                    true,
+                    &Initializer::Zeros,
+                    device,
+                ),
             },
             config: cfg.clone(),
             apply_attention_mask: false,
@@ -592,14 +605,14 @@ impl SiglipTextModel {
         opts: &LoadOptions,
     ) -> Result<Self, ModelError> {
         let cfg = match model_type(ckpt)?.as_str() {
-            "siglip_text_model" => ckpt.read_config::<SiglipTextConfig>()?,
+            TEXT_MODEL_TYPE => ckpt.read_config::<SiglipTextConfig>()?,
             other => {
-                check_model_type(ckpt, other, &["siglip"])?;
+                check_model_type(ckpt, other, &[MODEL_TYPE])?;
                 ckpt.read_config::<SiglipConfig>()?.text_config
             }
         };
         let model = Self::new(&cfg, &ckpt.config, device)?;
-        load_module(model, ckpt, opts, &[r"^text_model\."])
+        load_module(model, ckpt, opts, BENIGN, &[r"^text_model\."])
     }
 
     /// Sets [`SiglipTextModel::apply_attention_mask`].
@@ -640,7 +653,7 @@ impl TextEncoder for SiglipTextModel {
     fn info(&self) -> ModelInfo {
         let c = &self.config;
         ModelInfo {
-            model_type: "siglip".into(),
+            model_type: MODEL_TYPE.into(),
             hidden_size: c.hidden_size,
             embed_dim: c.projection_size.unwrap_or(c.hidden_size),
             num_layers: c.num_hidden_layers,
@@ -687,7 +700,7 @@ impl SiglipModel {
         device: &Device,
         opts: &LoadOptions,
     ) -> Result<Self, ModelError> {
-        check_model_type(ckpt, &model_type(ckpt)?, &["siglip"])?;
+        check_model_type(ckpt, &model_type(ckpt)?, &[MODEL_TYPE])?;
         let cfg: SiglipConfig = ckpt.read_config()?;
         let v = SiglipVisionModel::new(&cfg.vision_config, &ckpt.config, device)?;
         let t = SiglipTextModel::new(&cfg.text_config, &ckpt.config, device)?;
@@ -698,7 +711,7 @@ impl SiglipModel {
             logit_scale: None,
             logit_bias: None,
         };
-        let mut model = load_module(model, ckpt, opts, &[])?;
+        let mut model = load_module(model, ckpt, opts, BENIGN, &[])?;
         model.logit_scale = read_scalar(&ckpt.weights, "logit_scale");
         model.logit_bias = read_scalar(&ckpt.weights, "logit_bias");
         Ok(model)

@@ -35,22 +35,26 @@
 //!
 //! The layer building blocks ([`ViTEmbeddings`], [`ViTEncoder`]) are shared with
 //! [`crate::vit_mae`], and the torch-exact bicubic resampling of position grids
-//! ([`interpolate_pos_grid`]) with [`crate::dinov2`], [`crate::clip`] and [`crate::siglip`].
+//! ([`crate::nn::interpolate_pos_grid`]) with [`crate::dinov2`], [`crate::clip`] and
+//! [`crate::siglip`].
 
-use std::collections::BTreeMap;
+use std::path::Path;
+
+/// `model_type` of a `ViTModel` checkpoint.
+pub const MODEL_TYPE: &str = "vit";
 
 use bindscope_core::{Checkpoint, LoadOptions, load_strict};
 use burn::module::Param;
 use burn::nn::conv::{Conv2d, Conv2dConfig};
-use burn::nn::{Initializer, LayerNorm, LayerNormConfig, Linear, LinearConfig};
+use burn::nn::{Initializer, LayerNorm, LayerNormConfig, Linear};
 use burn::prelude::*;
-use burn::tensor::TensorData;
-use burn::tensor::activation;
-use burn::tensor::module::interpolate;
-use burn::tensor::ops::{InterpolateMode, InterpolateOptions};
 use serde::Deserialize;
 
 use crate::attention::{AttentionMask, multi_head_attention};
+use crate::nn::{
+    Activation, check_sizes, checkpoint_shapes, de_image_size, interpolate_pos_grid, linear,
+    mean_patch, run_stack, token,
+};
 use crate::{EncoderOutput, ForwardOptions, ModelError, ModelInfo, VisionEncoder, VisionReadout};
 
 // ---------------------------------------------------------------------------------------------
@@ -94,7 +98,7 @@ pub struct ViTConfig {
 impl Default for ViTConfig {
     fn default() -> Self {
         Self {
-            model_type: "vit".into(),
+            model_type: MODEL_TYPE.into(),
             hidden_size: 768,
             num_hidden_layers: 12,
             num_attention_heads: 12,
@@ -109,204 +113,6 @@ impl Default for ViTConfig {
             pooler_act: "tanh".into(),
         }
     }
-}
-
-/// Deserializes an image size given as `224` or `[224, 224]` into `[H, W]`.
-pub(crate) fn de_image_size<'de, D: serde::Deserializer<'de>>(
-    d: D,
-) -> Result<[usize; 2], D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Size {
-        One(usize),
-        Two([usize; 2]),
-    }
-    Ok(match Size::deserialize(d)? {
-        Size::One(s) => [s, s],
-        Size::Two(s) => s,
-    })
-}
-
-// ---------------------------------------------------------------------------------------------
-// Shared pieces: activation, bicubic position resampling, token pooling
-// ---------------------------------------------------------------------------------------------
-
-/// The activations transformers names in `hidden_act` / `pooler_act` that this crate supports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Activation {
-    /// `"gelu"`: exact erf GELU.
-    Gelu,
-    /// `"gelu_new"`, `"gelu_pytorch_tanh"`: tanh approximation of GELU.
-    GeluTanh,
-    /// `"relu"`.
-    Relu,
-    /// `"silu"` / `"swish"`: `x·sigmoid(x)`.
-    Silu,
-    /// `"tanh"` (poolers).
-    Tanh,
-}
-
-impl Activation {
-    /// Parses a transformers activation name; `None` when unsupported.
-    pub fn from_hf(name: &str) -> Option<Self> {
-        match name {
-            "gelu" => Some(Self::Gelu),
-            "gelu_new" | "gelu_pytorch_tanh" => Some(Self::GeluTanh),
-            "relu" => Some(Self::Relu),
-            "silu" | "swish" => Some(Self::Silu),
-            "tanh" => Some(Self::Tanh),
-            _ => None,
-        }
-    }
-
-    /// Parses `name`, or returns [`ModelError::Unsupported`] naming `field` and `file`.
-    pub(crate) fn parse(name: &str, field: &str, file: &str) -> Result<Self, ModelError> {
-        Self::from_hf(name).ok_or_else(|| ModelError::Unsupported {
-            file: file.to_string(),
-            message: format!(
-                "{field} = \"{name}\" is not implemented (supported: gelu, gelu_new, gelu_pytorch_tanh, relu, silu, swish, tanh)"
-            ),
-        })
-    }
-
-    /// Applies the activation element-wise.
-    pub fn forward<const D: usize>(self, x: Tensor<D>) -> Tensor<D> {
-        match self {
-            Self::Gelu => activation::gelu(x),
-            Self::GeluTanh => activation::gelu_approximate(x),
-            Self::Relu => activation::relu(x),
-            Self::Silu => activation::silu(x),
-            Self::Tanh => activation::tanh(x),
-        }
-    }
-}
-
-/// One axis of torch's *antialiased* bicubic resampling (`_upsample_bicubic2d_aa`,
-/// `align_corners=False`) as a dense `[out_size, in_size]` row-major matrix: PIL-style cubic
-/// with `A = -0.5`, support widened by the scale when downsampling, weights normalized to sum 1.
-/// burn's `interpolate` has no antialiased mode; the plain bicubic goes through it.
-pub fn bicubic_aa_weights(in_size: usize, out_size: usize) -> Vec<f32> {
-    let mut w = vec![0f32; out_size * in_size];
-    let scale = in_size as f64 / out_size as f64;
-    let a = -0.5f64;
-    let filter = |x: f64| {
-        let x = x.abs();
-        if x < 1.0 {
-            ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0
-        } else if x < 2.0 {
-            ((a * x - 5.0 * a) * x + 8.0 * a) * x - 4.0 * a
-        } else {
-            0.0
-        }
-    };
-    let support = if scale >= 1.0 { 2.0 * scale } else { 2.0 };
-    let invscale = if scale >= 1.0 { 1.0 / scale } else { 1.0 };
-    for i in 0..out_size {
-        let center = scale * (i as f64 + 0.5);
-        let xmin = ((center - support + 0.5) as i64).max(0);
-        let xmax = ((center + support + 0.5) as i64).min(in_size as i64);
-        let ws: Vec<f64> = (xmin..xmax)
-            .map(|j| filter((j as f64 - center + 0.5) * invscale))
-            .collect();
-        let total: f64 = ws.iter().sum();
-        for (k, j) in (xmin..xmax).enumerate() {
-            let v = if total != 0.0 { ws[k] / total } else { ws[k] };
-            w[i * in_size + j as usize] = v as f32;
-        }
-    }
-    w
-}
-
-/// Resamples a grid of position embeddings the way transformers' `interpolate_pos_encoding`
-/// does: `F.interpolate(mode="bicubic", size=dst, align_corners=False)` (Keys cubic `A = -0.75`,
-/// through burn's `interpolate`), or with `antialias=True` (`Dinov2WithRegistersModel`) as two
-/// small matrix products of [`bicubic_aa_weights`]. Shared by every ViT-like model here.
-///
-/// # Shapes
-/// `grid: [1, Gh·Gw, D]` (row-major grid) → `[1, h·w, D]`.
-pub fn interpolate_pos_grid(
-    grid: Tensor<3>,
-    src: [usize; 2],
-    dst: [usize; 2],
-    antialias: bool,
-) -> Tensor<3> {
-    let [_, _, d] = grid.dims();
-    let [gh, gw] = src;
-    let [h, w] = dst;
-    if src == dst {
-        return grid;
-    }
-    let g = grid.reshape([gh, gw, d]).permute([2, 0, 1]); // [D, Gh, Gw]
-    let out = if antialias {
-        let device = g.device();
-        let wh =
-            Tensor::<2>::from_data(TensorData::new(bicubic_aa_weights(gh, h), [h, gh]), &device)
-                .reshape([1, h, gh]);
-        let wwt =
-            Tensor::<2>::from_data(TensorData::new(bicubic_aa_weights(gw, w), [w, gw]), &device)
-                .transpose()
-                .reshape([1, gw, w]);
-        wh.matmul(g).matmul(wwt) // [D, h, w]
-    } else {
-        let opts = InterpolateOptions::new(InterpolateMode::Bicubic)
-            .with_align_corners(false)
-            .with_output_size([h, w]);
-        interpolate(g.unsqueeze_dim::<4>(0), opts).reshape([d, h, w])
-    };
-    out.permute([1, 2, 0]).reshape([1, h * w, d])
-}
-
-/// Mean of the tokens after the first `prefix`: `[N, T, D]` → `[N, D]`.
-pub(crate) fn mean_patch(x: Tensor<3>, prefix: usize) -> Tensor<2> {
-    let [n, t, d] = x.dims();
-    x.slice([0..n, prefix..t, 0..d]).mean_dim(1).reshape([n, d])
-}
-
-/// Token `i` of every sequence: `[N, T, D]` → `[N, D]`.
-pub(crate) fn token(x: Tensor<3>, i: usize) -> Tensor<2> {
-    let [n, _, d] = x.dims();
-    x.slice([0..n, i..i + 1, 0..d]).reshape([n, d])
-}
-
-/// Shapes of every tensor of a checkpoint (all shards).
-pub(crate) fn checkpoint_shapes(
-    ckpt: &Checkpoint,
-) -> Result<BTreeMap<String, Vec<usize>>, ModelError> {
-    let mut out = BTreeMap::new();
-    for f in &ckpt.weights {
-        out.extend(bindscope_core::load::read_safetensors_shapes(f)?);
-    }
-    Ok(out)
-}
-
-/// Checks the sizes every ViT-like config needs, naming the offending field.
-pub(crate) fn check_sizes(
-    file: &str,
-    hidden: usize,
-    heads: usize,
-    patch: usize,
-    layers: &[(&str, usize)],
-) -> Result<(), ModelError> {
-    let err = |m: String| {
-        Err(ModelError::Unsupported {
-            file: file.to_string(),
-            message: m,
-        })
-    };
-    if heads == 0 || !hidden.is_multiple_of(heads) {
-        return err(format!(
-            "hidden_size {hidden} is not a multiple of num_attention_heads {heads}"
-        ));
-    }
-    if patch == 0 {
-        return err("patch_size must be positive".into());
-    }
-    for (name, v) in layers {
-        if *v == 0 {
-            return err(format!("{name} must be positive"));
-        }
-    }
-    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -430,19 +236,6 @@ pub struct ViTBlockSpec {
     pub layer_norm_eps: f64,
     /// Bias on query/key/value.
     pub qkv_bias: bool,
-}
-
-pub(crate) fn linear(
-    d_in: usize,
-    d_out: usize,
-    bias: bool,
-    init: &Initializer,
-    device: &Device,
-) -> Linear {
-    LinearConfig::new(d_in, d_out)
-        .with_bias(bias)
-        .with_initializer(init.clone())
-        .init(device)
 }
 
 /// `attention.attention`: the query/key/value projections.
@@ -596,10 +389,6 @@ pub struct ViTEncoder {
     pub layer: Vec<ViTLayer>,
 }
 
-/// What a stack of blocks returns: last output, and on request every hidden state (`L + 1`,
-/// the input first) and every attention map (`L`).
-pub(crate) type StackOutput = (Tensor<3>, Option<Vec<Tensor<3>>>, Option<Vec<Tensor<4>>>);
-
 impl ViTEncoder {
     /// `num_layers` new blocks.
     pub fn new(
@@ -623,31 +412,6 @@ impl ViTEncoder {
     ) -> (Tensor<3>, Option<Vec<Tensor<3>>>, Option<Vec<Tensor<4>>>) {
         run_stack(&self.layer, x, opts, |l, x, p| l.forward(x, p))
     }
-}
-
-/// Runs `layers` in order, collecting hidden states and attentions as `opts` asks.
-pub(crate) fn run_stack<L>(
-    layers: &[L],
-    mut x: Tensor<3>,
-    opts: ForwardOptions,
-    f: impl Fn(&L, Tensor<3>, bool) -> (Tensor<3>, Option<Tensor<4>>),
-) -> StackOutput {
-    let mut hidden = opts.output_hidden_states.then(Vec::new);
-    let mut attns = opts.output_attentions.then(Vec::new);
-    for l in layers {
-        if let Some(h) = hidden.as_mut() {
-            h.push(x.clone());
-        }
-        let (y, p) = f(l, x, opts.output_attentions);
-        x = y;
-        if let (Some(a), Some(p)) = (attns.as_mut(), p) {
-            a.push(p);
-        }
-    }
-    if let Some(h) = hidden.as_mut() {
-        h.push(x.clone());
-    }
-    (x, hidden, attns)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -693,11 +457,11 @@ impl ViTModel {
         file: &str,
     ) -> Result<Self, ModelError> {
         check_sizes(
-            file,
+            Path::new(file),
             config.hidden_size,
             config.num_attention_heads,
-            config.patch_size,
             &[
+                ("patch_size", config.patch_size),
                 ("hidden_size", config.hidden_size),
                 ("intermediate_size", config.intermediate_size),
                 ("num_channels", config.num_channels),
@@ -707,7 +471,7 @@ impl ViTModel {
             hidden_size: config.hidden_size,
             num_heads: config.num_attention_heads,
             intermediate_size: config.intermediate_size,
-            act: Activation::parse(&config.hidden_act, "hidden_act", file)?,
+            act: Activation::parse(&config.hidden_act, "hidden_act", Path::new(file))?,
             layer_norm_eps: config.layer_norm_eps,
             qkv_bias: config.qkv_bias,
         };
@@ -715,7 +479,7 @@ impl ViTModel {
             let out = config.pooler_output_size.unwrap_or(config.hidden_size);
             Some(ViTPooler {
                 dense: linear(config.hidden_size, out, true, init, device),
-                act: Activation::parse(&config.pooler_act, "pooler_act", file)?,
+                act: Activation::parse(&config.pooler_act, "pooler_act", Path::new(file))?,
             })
         } else {
             None
@@ -852,7 +616,7 @@ impl VisionEncoder for ViTModel {
     fn info(&self) -> ModelInfo {
         let c = &self.config;
         ModelInfo {
-            model_type: "vit".into(),
+            model_type: MODEL_TYPE.into(),
             hidden_size: c.hidden_size,
             embed_dim: self
                 .pooler

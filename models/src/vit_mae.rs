@@ -45,11 +45,13 @@ use bindscope_core::{Checkpoint, LoadOptions, load_strict};
 use burn::nn::{Initializer, LayerNorm, LayerNormConfig};
 use burn::prelude::*;
 use serde::Deserialize;
+use std::path::Path;
 
-use crate::vit::{
-    Activation, ViTBlockSpec, ViTEmbeddings, ViTEncoder, check_sizes, checkpoint_shapes,
-    de_image_size, mean_patch, token,
-};
+/// `model_type` of a `ViTMAEModel` checkpoint.
+pub const MODEL_TYPE: &str = "vit_mae";
+
+use crate::nn::{Activation, check_sizes, checkpoint_shapes, de_image_size, mean_patch, token};
+use crate::vit::{ViTBlockSpec, ViTEmbeddings, ViTEncoder};
 use crate::{EncoderOutput, ForwardOptions, ModelError, ModelInfo, VisionEncoder, VisionReadout};
 
 /// `config.json` of `ViTMAEModel` (`ViTMAEConfig`), encoder fields only (the decoder fields and
@@ -87,7 +89,7 @@ pub struct ViTMAEConfig {
 impl Default for ViTMAEConfig {
     fn default() -> Self {
         Self {
-            model_type: "vit_mae".into(),
+            model_type: MODEL_TYPE.into(),
             hidden_size: 768,
             num_hidden_layers: 12,
             num_attention_heads: 12,
@@ -130,11 +132,11 @@ impl ViTMAEModel {
     ) -> Result<Self, ModelError> {
         let c = config;
         check_sizes(
-            file,
+            Path::new(file),
             c.hidden_size,
             c.num_attention_heads,
-            c.patch_size,
             &[
+                ("patch_size", c.patch_size),
                 ("hidden_size", c.hidden_size),
                 ("intermediate_size", c.intermediate_size),
                 ("num_channels", c.num_channels),
@@ -144,7 +146,7 @@ impl ViTMAEModel {
             hidden_size: c.hidden_size,
             num_heads: c.num_attention_heads,
             intermediate_size: c.intermediate_size,
-            act: Activation::parse(&c.hidden_act, "hidden_act", file)?,
+            act: Activation::parse(&c.hidden_act, "hidden_act", Path::new(file))?,
             layer_norm_eps: c.layer_norm_eps,
             qkv_bias: c.qkv_bias,
         };
@@ -256,7 +258,7 @@ impl VisionEncoder for ViTMAEModel {
     fn info(&self) -> ModelInfo {
         let c = &self.config;
         ModelInfo {
-            model_type: "vit_mae".into(),
+            model_type: MODEL_TYPE.into(),
             hidden_size: c.hidden_size,
             embed_dim: c.hidden_size,
             num_layers: c.num_hidden_layers,

@@ -1,15 +1,23 @@
-//! Helpers shared by the parity tests: read a fixture's `reference.safetensors` and compare
+//! Helpers shared by the parity tests (`models/tests`, and the root package's tests through
+//! `#[path]`): read a fixture's `reference.safetensors` and compare
 //! burn tensors with the PyTorch reference under an explicit tolerance.
 #![allow(dead_code)]
 
 use burn::prelude::*;
 use std::path::PathBuf;
 
-/// `tests/fixtures/<name>`.
+/// `tests/fixtures/<name>` of the workspace (the fixtures are shared by the model parity tests
+/// in `models/tests`, the root package's tests and the CLI tests).
 pub fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name)
+    let here = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let root = if here.join("tests/fixtures").is_dir() {
+        here
+    } else {
+        here.parent()
+            .expect("a crate inside the workspace")
+            .to_path_buf()
+    };
+    root.join("tests/fixtures").join(name)
 }
 
 /// The tensors of `tests/fixtures/<name>/reference.safetensors`.

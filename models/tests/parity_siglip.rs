@@ -298,12 +298,12 @@ fn missing_key_is_named() {
 fn bad_configs_are_reported() {
     let dir = scratch(
         "act",
-        |c| c["text_config"]["hidden_act"] = "silu".into(),
+        |c| c["text_config"]["hidden_act"] = "mish".into(),
         |_| true,
     );
     let err = load(&dir).unwrap_err().to_string();
     assert!(
-        err.contains("hidden_act 'silu'") && err.contains("config.json"),
+        err.contains("hidden_act 'mish'") && err.contains("config.json"),
         "{err}"
     );
     std::fs::remove_dir_all(&dir).ok();

@@ -385,12 +385,12 @@ fn bad_configs_are_reported() {
     let dir = scratch(
         "clip",
         "act",
-        |c| c["vision_config"]["hidden_act"] = "swish".into(),
+        |c| c["vision_config"]["hidden_act"] = "mish".into(),
         |_| true,
     );
     let err = load(&dir).unwrap_err().to_string();
     assert!(
-        err.contains("hidden_act 'swish'") && err.contains("config.json"),
+        err.contains("hidden_act 'mish'") && err.contains("config.json"),
         "{err}"
     );
     std::fs::remove_dir_all(&dir).ok();

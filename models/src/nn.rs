@@ -1,0 +1,420 @@
+//! The shared model kernel: what every architecture file builds on.
+//!
+//! - [`Activation`]: the one enum for transformers' `hidden_act` / `pooler_act` names;
+//! - layer builders ([`linear`], [`layer_norm`], [`rms_norm`], [`embedding`]) that take the
+//!   checkpoint's epsilon and an explicit initializer;
+//! - position-embedding resampling as transformers' `interpolate_pos_encoding` does it
+//!   ([`interpolate_pos_grid`], [`interpolate_square_grid`], [`bicubic_aa_weights`]);
+//! - token pooling ([`token`], [`mean_patch`], [`gather_tokens`]) and the block-stack runner
+//!   that collects hidden states and attentions ([`run_stack`]);
+//! - load helpers: the one `model_type` reader ([`model_type`]), size and type checks, checkpoint
+//!   shapes, scalars stored beside the weights, and the strict load with a family's benign keys
+//!   ([`load_module`]).
+//!
+//! The attention core (heads, masks, grouped-query attention, rotary embeddings, KV cache) is
+//! [`crate::attention`].
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use bindscope_core::{Checkpoint, LoadOptions, load_strict};
+use burn::module::Module;
+use burn::nn::{
+    Embedding, EmbeddingConfig, Initializer, LayerNorm, LayerNormConfig, Linear, LinearConfig,
+    RmsNorm, RmsNormConfig,
+};
+use burn::prelude::*;
+use burn::tensor::TensorData;
+use burn::tensor::activation;
+use burn::tensor::module::interpolate;
+use burn::tensor::ops::{InterpolateMode, InterpolateOptions};
+use serde::Deserialize;
+
+use crate::{ForwardOptions, ModelError};
+
+// ---------------------------------------------------------------------------------------------
+// Activation
+// ---------------------------------------------------------------------------------------------
+
+/// The activations transformers names in `hidden_act` / `pooler_act` (its `ACT2FN` table) that
+/// this crate implements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activation {
+    /// `"quick_gelu"`: `x · sigmoid(1.702 x)` (OpenAI CLIP).
+    QuickGelu,
+    /// `"gelu"`: exact, erf-based GELU.
+    Gelu,
+    /// `"gelu_new"`, `"gelu_pytorch_tanh"`: tanh approximation of GELU.
+    GeluTanh,
+    /// `"relu"`.
+    Relu,
+    /// `"silu"` / `"swish"`: `x · sigmoid(x)` (Llama, Qwen MLPs; DINOv2's SwiGLU).
+    Silu,
+    /// `"tanh"` (poolers).
+    Tanh,
+}
+
+/// Every name [`Activation::from_hf`] accepts, for error messages.
+pub const ACTIVATION_NAMES: &str =
+    "quick_gelu, gelu, gelu_new, gelu_pytorch_tanh, relu, silu, swish, tanh";
+
+impl Activation {
+    /// Parses a transformers activation name; `None` when unsupported.
+    pub fn from_hf(name: &str) -> Option<Self> {
+        match name {
+            "quick_gelu" => Some(Self::QuickGelu),
+            "gelu" => Some(Self::Gelu),
+            "gelu_new" | "gelu_pytorch_tanh" => Some(Self::GeluTanh),
+            "relu" => Some(Self::Relu),
+            "silu" | "swish" => Some(Self::Silu),
+            "tanh" => Some(Self::Tanh),
+            _ => None,
+        }
+    }
+
+    /// Parses `name`, the value of config field `field` in `file`.
+    ///
+    /// # Errors
+    /// [`ModelError::Unsupported`] naming the field, the value and every supported name.
+    pub fn parse(name: &str, field: &str, file: &Path) -> Result<Self, ModelError> {
+        Self::from_hf(name).ok_or_else(|| ModelError::Unsupported {
+            file: file.display().to_string(),
+            message: format!("{field} '{name}' is not implemented (supported: {ACTIVATION_NAMES})"),
+        })
+    }
+
+    /// Applies the activation element-wise.
+    pub fn forward<const D: usize>(self, x: Tensor<D>) -> Tensor<D> {
+        match self {
+            Self::QuickGelu => x.clone() * activation::sigmoid(x * 1.702),
+            Self::Gelu => activation::gelu(x),
+            Self::GeluTanh => activation::gelu_approximate(x),
+            Self::Relu => activation::relu(x),
+            Self::Silu => activation::silu(x),
+            Self::Tanh => activation::tanh(x),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Layer builders
+// ---------------------------------------------------------------------------------------------
+
+/// `nn.Linear(d_in, d_out, bias)` with the given initializer (`Initializer::Zeros` for a
+/// module whose weights come from a checkpoint). Weight layout `[d_in, d_out]` (burn's; the
+/// checkpoint's `[d_out, d_in]` is transposed on load).
+pub fn linear(
+    d_in: usize,
+    d_out: usize,
+    bias: bool,
+    init: &Initializer,
+    device: &Device,
+) -> Linear {
+    LinearConfig::new(d_in, d_out)
+        .with_bias(bias)
+        .with_initializer(init.clone())
+        .init(device)
+}
+
+/// `nn.LayerNorm(d, eps)`: γ = 1, β = 0 (checkpoint values replace them).
+pub fn layer_norm(d: usize, eps: f64, device: &Device) -> LayerNorm {
+    LayerNormConfig::new(d).with_epsilon(eps).init(device)
+}
+
+/// RMSNorm `x / sqrt(mean(x²) + eps) · γ` (transformers `LlamaRMSNorm`), γ = 1.
+pub fn rms_norm(d: usize, eps: f64, device: &Device) -> RmsNorm {
+    RmsNormConfig::new(d).with_epsilon(eps).init(device)
+}
+
+/// `nn.Embedding(n, d)`, zero-initialised (the table comes from the checkpoint).
+pub fn embedding(n: usize, d: usize, device: &Device) -> Embedding {
+    EmbeddingConfig::new(n, d)
+        .with_initializer(Initializer::Zeros)
+        .init(device)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Position-embedding resampling
+// ---------------------------------------------------------------------------------------------
+
+/// One axis of torch's *antialiased* bicubic resampling (`_upsample_bicubic2d_aa`,
+/// `align_corners=False`) as a dense `[out_size, in_size]` row-major matrix: PIL-style cubic
+/// with `A = -0.5`, support widened by the scale when downsampling, weights normalized to sum 1.
+/// burn's `interpolate` has no antialiased mode; the plain bicubic goes through it.
+pub fn bicubic_aa_weights(in_size: usize, out_size: usize) -> Vec<f32> {
+    let mut w = vec![0f32; out_size * in_size];
+    let scale = in_size as f64 / out_size as f64;
+    let a = -0.5f64;
+    let filter = |x: f64| {
+        let x = x.abs();
+        if x < 1.0 {
+            ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0
+        } else if x < 2.0 {
+            ((a * x - 5.0 * a) * x + 8.0 * a) * x - 4.0 * a
+        } else {
+            0.0
+        }
+    };
+    let support = if scale >= 1.0 { 2.0 * scale } else { 2.0 };
+    let invscale = if scale >= 1.0 { 1.0 / scale } else { 1.0 };
+    for i in 0..out_size {
+        let center = scale * (i as f64 + 0.5);
+        let xmin = ((center - support + 0.5) as i64).max(0);
+        let xmax = ((center + support + 0.5) as i64).min(in_size as i64);
+        let ws: Vec<f64> = (xmin..xmax)
+            .map(|j| filter((j as f64 - center + 0.5) * invscale))
+            .collect();
+        let total: f64 = ws.iter().sum();
+        for (k, j) in (xmin..xmax).enumerate() {
+            let v = if total != 0.0 { ws[k] / total } else { ws[k] };
+            w[i * in_size + j as usize] = v as f32;
+        }
+    }
+    w
+}
+
+/// Resamples a grid of position embeddings the way transformers' `interpolate_pos_encoding`
+/// does: `F.interpolate(mode="bicubic", size=dst, align_corners=False)` (Keys cubic `A = -0.75`,
+/// through burn's `interpolate`), or with `antialias=True` (`Dinov2WithRegistersModel`) as two
+/// small matrix products of [`bicubic_aa_weights`]. Shared by every ViT-like model here.
+///
+/// # Shapes
+/// `grid: [1, Gh·Gw, D]` (row-major grid) → `[1, h·w, D]`.
+pub fn interpolate_pos_grid(
+    grid: Tensor<3>,
+    src: [usize; 2],
+    dst: [usize; 2],
+    antialias: bool,
+) -> Tensor<3> {
+    let [_, _, d] = grid.dims();
+    let [gh, gw] = src;
+    let [h, w] = dst;
+    if src == dst {
+        return grid;
+    }
+    let g = grid.reshape([gh, gw, d]).permute([2, 0, 1]); // [D, Gh, Gw]
+    let out = if antialias {
+        let device = g.device();
+        let wh =
+            Tensor::<2>::from_data(TensorData::new(bicubic_aa_weights(gh, h), [h, gh]), &device)
+                .reshape([1, h, gh]);
+        let wwt =
+            Tensor::<2>::from_data(TensorData::new(bicubic_aa_weights(gw, w), [w, gw]), &device)
+                .transpose()
+                .reshape([1, gw, w]);
+        wh.matmul(g).matmul(wwt) // [D, h, w]
+    } else {
+        let opts = InterpolateOptions::new(InterpolateMode::Bicubic)
+            .with_align_corners(false)
+            .with_output_size([h, w]);
+        interpolate(g.unsqueeze_dim::<4>(0), opts).reshape([d, h, w])
+    };
+    out.permute([1, 2, 0]).reshape([1, h * w, d])
+}
+
+/// Resamples a square grid of position embeddings `[g·g, D]` to `[gh·gw, D]` (bicubic,
+/// `align_corners=False`, no antialiasing: CLIP's and SigLIP's `interpolate_pos_encoding`),
+/// through [`interpolate_pos_grid`].
+pub fn interpolate_square_grid(pos: Tensor<2>, grid: usize, target: [usize; 2]) -> Tensor<2> {
+    let [_, d] = pos.dims();
+    interpolate_pos_grid(pos.unsqueeze_dim(0), [grid, grid], target, false)
+        .reshape([target[0] * target[1], d])
+}
+
+// ---------------------------------------------------------------------------------------------
+// Token pooling and the block stack
+// ---------------------------------------------------------------------------------------------
+
+/// Mean of the tokens after the first `prefix`: `[N, T, D]` → `[N, D]`.
+pub fn mean_patch(x: Tensor<3>, prefix: usize) -> Tensor<2> {
+    let [n, t, d] = x.dims();
+    x.slice([0..n, prefix..t, 0..d]).mean_dim(1).reshape([n, d])
+}
+
+/// Token `i` of every sequence: `[N, T, D]` → `[N, D]`.
+pub fn token(x: Tensor<3>, i: usize) -> Tensor<2> {
+    let [n, _, d] = x.dims();
+    x.slice([0..n, i..i + 1, 0..d]).reshape([n, d])
+}
+
+/// Picks `x[n, pos[n], :]`: `[N, T, D]` → `[N, D]` (`pos.len() == N`).
+pub fn gather_tokens(x: Tensor<3>, pos: &[usize]) -> Tensor<2> {
+    let [n, t, d] = x.dims();
+    let device = x.device();
+    let flat: Vec<i64> = pos
+        .iter()
+        .enumerate()
+        .map(|(i, &p)| (i * t + p) as i64)
+        .collect();
+    let idx = Tensor::<1, Int>::from_ints(flat.as_slice(), &device);
+    x.reshape([n * t, d]).select(0, idx)
+}
+
+/// What [`run_stack`] returns: the last output `[N, T, D]` and, on request, every hidden state
+/// (`L + 1` tensors `[N, T, D]`, the input first, as transformers' `output_hidden_states`) and
+/// every block's attention probabilities (`L` tensors `[N, H, T_q, T_k]`).
+pub type StackOutput = (Tensor<3>, Option<Vec<Tensor<3>>>, Option<Vec<Tensor<4>>>);
+
+/// Runs `layers` in order on `x: [N, T, D]`; `f(layer, x, need_probs)` is one block's forward.
+pub fn run_stack<L>(
+    layers: &[L],
+    mut x: Tensor<3>,
+    opts: ForwardOptions,
+    mut f: impl FnMut(&L, Tensor<3>, bool) -> (Tensor<3>, Option<Tensor<4>>),
+) -> StackOutput {
+    let mut hidden = opts.output_hidden_states.then(Vec::new);
+    let mut attns = opts.output_attentions.then(Vec::new);
+    for l in layers {
+        if let Some(h) = hidden.as_mut() {
+            h.push(x.clone());
+        }
+        let (y, p) = f(l, x, opts.output_attentions);
+        x = y;
+        if let (Some(a), Some(p)) = (attns.as_mut(), p) {
+            a.push(p);
+        }
+    }
+    if let Some(h) = hidden.as_mut() {
+        h.push(x.clone());
+    }
+    (x, hidden, attns)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Configs and loading
+// ---------------------------------------------------------------------------------------------
+
+/// Deserializes an image size given as `224` or `[224, 224]` into `[H, W]`.
+pub fn de_image_size<'de, D: serde::Deserializer<'de>>(d: D) -> Result<[usize; 2], D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Size {
+        One(usize),
+        Two([usize; 2]),
+    }
+    Ok(match Size::deserialize(d)? {
+        Size::One(s) => [s, s],
+        Size::Two(s) => s,
+    })
+}
+
+/// `model_type` of the checkpoint's `config.json`: the one reader every loader and the registry
+/// use.
+///
+/// # Errors
+/// [`ModelError::Checkpoint`] when the file is unreadable; [`ModelError::Unsupported`] when the
+/// field is missing or not a string.
+pub fn model_type(ckpt: &Checkpoint) -> Result<String, ModelError> {
+    let v = ckpt.config_json()?;
+    v.get("model_type")
+        .and_then(|m| m.as_str())
+        .map(str::to_string)
+        .ok_or_else(|| ModelError::Unsupported {
+            file: ckpt.config.display().to_string(),
+            message: "no 'model_type' field: cannot tell the architecture".into(),
+        })
+}
+
+/// Checks that `found` (a `model_type`) is one of `expected`.
+///
+/// # Errors
+/// [`ModelError::Unsupported`] naming both.
+pub fn check_model_type(
+    ckpt: &Checkpoint,
+    found: &str,
+    expected: &[&str],
+) -> Result<(), ModelError> {
+    if expected.contains(&found) {
+        Ok(())
+    } else {
+        Err(ModelError::Unsupported {
+            file: ckpt.config.display().to_string(),
+            message: format!("model_type '{found}' is not one of {expected:?}"),
+        })
+    }
+}
+
+/// Checks the sizes every transformer config needs: `hidden_size` a multiple of
+/// `num_attention_heads`, and every named size in `positive` (patch size, layer counts, …)
+/// non-zero.
+///
+/// # Errors
+/// [`ModelError::Unsupported`] naming the offending field.
+pub fn check_sizes(
+    file: &Path,
+    hidden: usize,
+    heads: usize,
+    positive: &[(&str, usize)],
+) -> Result<(), ModelError> {
+    let err = |m: String| {
+        Err(ModelError::Unsupported {
+            file: file.display().to_string(),
+            message: m,
+        })
+    };
+    if heads == 0 || !hidden.is_multiple_of(heads) {
+        return err(format!(
+            "hidden_size {hidden} is not a multiple of num_attention_heads {heads}"
+        ));
+    }
+    for (name, v) in positive {
+        if *v == 0 {
+            return err(format!("{name} must be positive"));
+        }
+    }
+    Ok(())
+}
+
+/// Shapes of every tensor of a checkpoint (all shards), as the files store them.
+///
+/// # Errors
+/// [`ModelError::Load`] for an unreadable or malformed weight file.
+pub fn checkpoint_shapes(ckpt: &Checkpoint) -> Result<BTreeMap<String, Vec<usize>>, ModelError> {
+    let mut out = BTreeMap::new();
+    for f in &ckpt.weights {
+        out.extend(bindscope_core::load::read_safetensors_shapes(f)?);
+    }
+    Ok(out)
+}
+
+/// Reads a scalar (rank-0 or one-element) float tensor, e.g. CLIP's `logit_scale`, from the
+/// weight files; `None` when no file holds `key`.
+pub fn read_scalar(files: &[PathBuf], key: &str) -> Option<f32> {
+    use burn::store::{ModuleStore, SafetensorsStore, bridge};
+    for f in files {
+        let mut store = SafetensorsStore::from_file(f);
+        if let Ok(Some(t)) = store.get_tensor(key) {
+            let data = bridge::to_data(t).ok()?;
+            return data
+                .convert::<f32>()
+                .try_to_vec::<f32>()
+                .ok()?
+                .first()
+                .copied();
+        }
+    }
+    None
+}
+
+/// Strict load ([`bindscope_core::load_strict`]) with a family's `benign` unused keys (buffers
+/// such as `position_ids`, scalars read separately) added and, when the caller gave no `only`
+/// filter, the tower's own key prefixes `default_only` (so one tower loads from a two-tower
+/// file).
+///
+/// # Errors
+/// [`ModelError::Load`] listing every missing, unexpected and mis-shaped key.
+pub fn load_module<M: Module>(
+    module: M,
+    ckpt: &Checkpoint,
+    opts: &LoadOptions,
+    benign: &[&str],
+    default_only: &[&str],
+) -> Result<M, ModelError> {
+    let mut opts = opts.clone();
+    opts.benign_unused
+        .extend(benign.iter().map(|s| s.to_string()));
+    if opts.only.is_empty() {
+        opts.only = default_only.iter().map(|s| s.to_string()).collect();
+    }
+    Ok(load_strict(module, &ckpt.weights, &opts)?)
+}
