@@ -44,7 +44,7 @@ fn mean(v: &[f64]) -> f64 {
 
 /// Two-sided p-value of a correlation `r` with `df` degrees of freedom.
 pub fn corr_p_value(r: f64, df: f64) -> f64 {
-    if !(df > 0.0) || r.is_nan() {
+    if df.is_nan() || df <= 0.0 || r.is_nan() {
         return f64::NAN;
     }
     if r.abs() >= 1.0 {

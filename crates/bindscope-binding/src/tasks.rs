@@ -42,7 +42,7 @@
 //! B always has colours disjoint from A's, so colour never tells the classes apart.
 
 use crate::scene::{Color, Object, Scene, Shape};
-use rand::{Rng, SeedableRng};
+use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
 /// Stream tag of the binding task.
@@ -50,12 +50,9 @@ pub const BINDING_STREAM: u64 = 1;
 /// Stream tag of the same/different task.
 pub const SAMEDIFF_STREAM: u64 = 2;
 
-/// The RNG of item `index` of task `task`.
-pub fn item_rng(seed: u64, task: u64, index: u64) -> ChaCha8Rng {
-    let mut r = ChaCha8Rng::seed_from_u64(seed);
-    r.set_stream((task << 32) | index);
-    r
-}
+/// The RNG of item `index` of task `task`: [`bindscope_core::rng::legacy::binding`]
+/// (ChaCha8, stream `task · 2³² + index`).
+pub use bindscope_core::rng::legacy::binding as item_rng;
 
 /// Uniform integer in `0..n` (`n ≥ 1`), portable across platforms.
 pub fn below(rng: &mut ChaCha8Rng, n: usize) -> usize {
@@ -183,9 +180,9 @@ pub struct SameDiffPair {
 
 /// Pair `index` of the same/different task for `seed`.
 pub fn samediff_pair(seed: u64, index: usize) -> SameDiffPair {
-    let kind = if index % 2 == 0 {
+    let kind = if index.is_multiple_of(2) {
         PairKind::Same
-    } else if ((index - 1) / 2) % 2 == 0 {
+    } else if ((index - 1) / 2).is_multiple_of(2) {
         PairKind::ShapeSwap
     } else {
         PairKind::ShapeChange

@@ -1,15 +1,18 @@
-//! Atomic file output: write to a temporary sibling, fsync, rename.
+//! Atomic file output: write to a uniquely named temporary file beside the target
+//! ([`tempfile::NamedTempFile`]), fsync, then rename over the target (`persist`). Two writers of
+//! the same path never share a temporary file, and a failure at any step removes it.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-/// The temporary sibling used while `path` is being written (`.name.tmp`).
-pub fn temp_sibling(path: &Path) -> PathBuf {
+/// The prefix of the temporary files [`write_atomic_with`] creates beside `path`
+/// (`.name.` followed by random characters and `.tmp`).
+pub fn temp_prefix(path: &Path) -> String {
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    path.with_file_name(format!(".{name}.tmp"))
+    format!(".{name}.")
 }
 
 /// Writes `bytes` to `path` atomically: either the old file (or nothing) or the complete new
@@ -30,24 +33,28 @@ pub fn write_atomic_with(
     fill: impl FnOnce(&mut std::io::BufWriter<std::fs::File>) -> std::io::Result<()>,
 ) -> std::io::Result<()> {
     let ctx = |e: std::io::Error| std::io::Error::new(e.kind(), format!("{}: {e}", path.display()));
-    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).map_err(|e| {
-            std::io::Error::new(e.kind(), format!("creating {}: {e}", parent.display()))
-        })?;
-    }
-    let tmp = temp_sibling(path);
-    let file = std::fs::File::create(&tmp).map_err(ctx)?;
-    let mut w = std::io::BufWriter::new(file);
-    let res = fill(&mut w)
+    let parent = match path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        Some(parent) => {
+            std::fs::create_dir_all(parent).map_err(|e| {
+                std::io::Error::new(e.kind(), format!("creating {}: {e}", parent.display()))
+            })?;
+            parent
+        }
+        None => Path::new("."),
+    };
+    // Dropping the temporary file on any early return deletes it: no debris beside the output.
+    let tmp = tempfile::Builder::new()
+        .prefix(&temp_prefix(path))
+        .suffix(".tmp")
+        .tempfile_in(parent)
+        .map_err(ctx)?;
+    let mut w = std::io::BufWriter::new(tmp.reopen().map_err(ctx)?);
+    fill(&mut w)
         .and_then(|_| w.flush())
-        .and_then(|_| w.get_ref().sync_all());
+        .and_then(|_| w.get_ref().sync_all())
+        .map_err(ctx)?;
     drop(w);
-    // Whatever fails, the temporary file goes: no debris next to the output.
-    let res = res.and_then(|_| std::fs::rename(&tmp, path));
-    if let Err(e) = res {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(ctx(e));
-    }
+    tmp.persist(path).map_err(|e| ctx(e.error))?;
     Ok(())
 }
 
@@ -74,6 +81,15 @@ pub fn append_line(path: &Path, line: &str) -> std::io::Result<()> {
 mod tests {
     use super::*;
 
+    /// Names of the temporary files left in `dir`.
+    fn leftovers(dir: &Path) -> Vec<String> {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".tmp"))
+            .collect()
+    }
+
     #[test]
     fn atomic_write_replaces_and_leaves_no_temp() {
         let dir = std::env::temp_dir().join(format!("bindscope-fsutil-{}", std::process::id()));
@@ -82,7 +98,7 @@ mod tests {
         write_atomic(&p, b"one").unwrap();
         write_atomic(&p, b"two").unwrap();
         assert_eq!(std::fs::read(&p).unwrap(), b"two");
-        assert!(!temp_sibling(&p).exists());
+        assert_eq!(leftovers(&dir), Vec::<String>::new());
         let failed = write_atomic_with(&p, |_| Err(std::io::Error::other("boom")));
         assert!(failed.is_err());
         assert_eq!(
@@ -101,7 +117,11 @@ mod tests {
         std::fs::create_dir_all(out.join("inside")).unwrap();
         let e = write_atomic(&out, b"x").unwrap_err();
         assert!(e.to_string().contains("emb.jsonl"), "{e}");
-        assert!(!temp_sibling(&out).exists(), "temp file left behind");
+        assert_eq!(
+            leftovers(dir.path()),
+            Vec::<String>::new(),
+            "temp file left behind"
+        );
         // A parent that is a file: the error names it.
         let blocker = dir.path().join("file");
         std::fs::write(&blocker, b"").unwrap();

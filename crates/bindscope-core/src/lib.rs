@@ -6,12 +6,21 @@
 //! - [`checkpoint`]: resolve a Hugging Face id or a local directory in HF layout to its files;
 //! - [`load`]: strict safetensors loading through burn-store, with every missing key, unexpected
 //!   key and shape mismatch reported by name in one error;
-//! - [`fsutil`]: atomic writes (temp file + rename) so no run leaves a partial output.
+//! - [`fsutil`]: atomic writes (temp file + rename) so no run leaves a partial output;
+//! - [`run`]: run records — run directories chosen by identity, resume logs, provenance (one
+//!   schema), atomic JSON and CSV outputs;
+//! - [`train`]: optimizers with PyTorch's defaults, best-validation selection, seeded batch
+//!   order;
+//! - [`rng`]: the seeded random streams every study draws from (and the studies' legacy
+//!   derivations, kept bit for bit).
 
 pub mod checkpoint;
 pub mod device;
 pub mod fsutil;
 pub mod load;
+pub mod rng;
+pub mod run;
+pub mod train;
 
 pub use checkpoint::{Checkpoint, CheckpointError};
 pub use device::{DeviceError, DeviceSpec, open_device, parse_device};

@@ -39,10 +39,11 @@
 
 use crate::features::Features;
 use crate::rng::{ns, stream};
+use bindscope_core::rng::legacy::box_muller;
+use bindscope_core::train::BestSoFar;
 use burn::module::{Module, Param};
 use burn::nn::Linear;
-use burn::optim::decay::WeightDecayConfig;
-use burn::optim::{AdamConfig, GradientsParams};
+use burn::optim::GradientsParams;
 use burn::tensor::activation::{gelu, log_softmax, relu, softmax};
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use rand::Rng;
@@ -133,6 +134,8 @@ pub struct Probe {
 }
 
 /// A mini-batch of inputs.
+// The variants are tensor handles of one batch, built and consumed at once: boxing buys nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 pub enum Input {
     /// Pooled vectors `[B, D]`.
@@ -205,13 +208,6 @@ impl Data<'_> {
     }
 }
 
-/// Box–Muller standard normal from two uniforms (deterministic for a given stream).
-fn normal<R: Rng>(rng: &mut R) -> f64 {
-    let u1: f64 = 1.0 - rng.random::<f64>(); // (0, 1]
-    let u2: f64 = rng.random();
-    (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
-}
-
 fn linear_init<R: Rng>(rng: &mut R, d_in: usize, d_out: usize, device: &Device) -> Linear {
     let bound = 1.0 / (d_in as f64).sqrt();
     let mut u = |n: usize| -> Vec<f32> {
@@ -251,7 +247,7 @@ impl Probe {
     ) -> Self {
         let mut rng = stream(seed, &[ns::PROBE_INIT]);
         let randn = |rng: &mut rand_chacha::ChaCha8Rng, n: usize, std: f64| -> Vec<f32> {
-            (0..n).map(|_| (normal(rng) * std) as f32).collect()
+            (0..n).map(|_| (box_muller(rng) * std) as f32).collect()
         };
         let (query, w_q, log_t) = match pool {
             PoolSpec::Fixed => (None, None, None),
@@ -586,14 +582,7 @@ pub fn train(
     );
     let ad = device.clone().autodiff();
     let mut model = Probe::init(pool, head, train.dim(), classes, cfg.seed, &ad);
-    let mut adam = AdamConfig::new()
-        .with_beta_1(0.9)
-        .with_beta_2(0.999)
-        .with_epsilon(1e-8);
-    if cfg.weight_decay > 0.0 {
-        adam = adam.with_weight_decay(Some(WeightDecayConfig::new(cfg.weight_decay as f32)));
-    }
-    let mut optim = adam.init();
+    let mut optim = bindscope_core::train::adam(cfg.weight_decay).init();
 
     let evaluate = |m: &Probe| -> (f64, f64) {
         let out = predict(m, val, device, false);
@@ -605,9 +594,7 @@ pub fn train(
         };
         (t1, sel)
     };
-    let mut best: Option<Probe> = None;
-    let mut best_val = f64::NEG_INFINITY;
-    let mut best_epoch = 0;
+    let mut best = BestSoFar::new();
     let mut history = Vec::new();
     let n = train.len();
     let mut order: Vec<usize> = (0..n).collect();
@@ -650,13 +637,11 @@ pub fn train(
             val_top1: t1,
             val_selection: sel,
         });
-        if sel > best_val || best.is_none() {
-            best_val = sel;
-            best_epoch = epoch;
-            best = Some(current);
-        }
+        best.offer(epoch, sel, current);
     }
-    let probe = best.unwrap_or_else(|| model.valid());
+    let (best_epoch, best_val, probe) = best
+        .into_best()
+        .unwrap_or_else(|| (0, f64::NEG_INFINITY, model.valid()));
     Trained {
         probe,
         best_epoch,

@@ -8,9 +8,7 @@ use burn::tensor::{Tensor, TensorData, f16};
 use rand::Rng;
 
 fn gauss<R: Rng>(rng: &mut R) -> f32 {
-    let u1: f64 = 1.0 - rng.random::<f64>();
-    let u2: f64 = rng.random();
-    ((-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()) as f32
+    bindscope_core::rng::legacy::box_muller(rng) as f32
 }
 
 /// `n` points of `classes` well-separated Gaussian blobs in `dim` dimensions.

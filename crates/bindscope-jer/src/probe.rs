@@ -3,7 +3,7 @@
 //! Every random draw is a ChaCha8 stream keyed by `(seed, image index, purpose)`, so image `i`
 //! is the same whether it is computed first, last, or after a resume, on every platform.
 
-use rand::{Rng, SeedableRng};
+use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, StandardNormal};
 
@@ -58,13 +58,9 @@ pub enum Stream {
     Directions = 1,
 }
 
-/// The RNG for `(seed, image, purpose)`.
-pub fn rng(seed: u64, image: u64, stream: u64) -> ChaCha8Rng {
-    let mut r = ChaCha8Rng::seed_from_u64(seed);
-    // 2^20 streams per image: enough for one direction set per block of any encoder.
-    r.set_stream((image << 20) | stream);
-    r
-}
+/// The RNG for `(seed, image, purpose)`: [`bindscope_core::rng::legacy::jer`] (ChaCha8,
+/// stream `image · 2²⁰ + purpose`).
+pub use bindscope_core::rng::legacy::jer as rng;
 
 /// Probe image `index`: `[3, H, W]` row-major, normalized (what the encoder receives).
 pub fn probe_image(spec: &ProbeSpec, seed: u64, index: u64) -> Vec<f32> {

@@ -22,7 +22,7 @@ use crate::SaberError;
 use crate::article::with_article;
 use crate::vocab::{AttributeKind, Vocabulary};
 use rand_chacha::ChaCha20Rng;
-use rand_chacha::rand_core::{RngCore, SeedableRng};
+use rand_chacha::rand_core::RngCore;
 use std::collections::HashSet;
 
 /// One attribute–object binding.
@@ -230,11 +230,7 @@ pub struct Rng(ChaCha20Rng);
 impl Rng {
     /// Stream `stream` of `seed` (see the module docs).
     pub fn new(seed: u64, stream: u64) -> Self {
-        let mut key = [0u8; 32];
-        key[..8].copy_from_slice(&seed.to_le_bytes());
-        let mut r = ChaCha20Rng::from_seed(key);
-        r.set_stream(stream);
-        Self(r)
+        Self(bindscope_core::rng::legacy::saber(seed, stream))
     }
 
     /// Uniform in `[0, n)`, `n ≥ 1`, by rejection sampling of 64-bit outputs.

@@ -288,16 +288,16 @@ pub fn validate_item(item: &McqItem) -> Result<(), (&'static str, String)> {
     let mut gen_of: HashMap<&str, &str> = HashMap::new();
     for c in &captions {
         for p in &c.pairs {
-            if let Some(prev) = gen_of.insert(&p.attribute, &p.attribute_gen) {
-                if prev != p.attribute_gen {
-                    return Err((
-                        "instantiation",
-                        format!(
-                            "attribute '{}' is '{prev}' and '{}'",
-                            p.attribute, p.attribute_gen
-                        ),
-                    ));
-                }
+            if let Some(prev) = gen_of.insert(&p.attribute, &p.attribute_gen)
+                && prev != p.attribute_gen
+            {
+                return Err((
+                    "instantiation",
+                    format!(
+                        "attribute '{}' is '{prev}' and '{}'",
+                        p.attribute, p.attribute_gen
+                    ),
+                ));
             }
         }
     }

@@ -566,13 +566,14 @@ pub fn write_f32_safetensors(
     bindscope_core::fsutil::write_atomic(path, &out).map_err(st_err)
 }
 
+/// Tensors on the host by name: `name → (shape, values)`.
+pub type HostTensors = BTreeMap<String, (Vec<usize>, Vec<f32>)>;
+
 /// Reads every tensor of a safetensors file as f32 (`name → (shape, values)`).
 ///
 /// # Errors
 /// I/O, format, or a dtype other than f32 / f16 / bf16.
-pub fn read_f32_safetensors(
-    path: &Path,
-) -> Result<BTreeMap<String, (Vec<usize>, Vec<f32>)>, String> {
+pub fn read_f32_safetensors(path: &Path) -> Result<HostTensors, String> {
     let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let st = safetensors::SafeTensors::deserialize(&bytes)
         .map_err(|e| format!("{}: {e}", path.display()))?;
@@ -825,7 +826,7 @@ fn copy_side_files(src: &Path, dst: &Path, weights: &[std::path::PathBuf]) -> Re
             let small = std::fs::read_dir(&p)
                 .map(|d| {
                     d.flatten().all(|e| {
-                        e.path().is_file() && e.metadata().map_or(false, |m| m.len() < 1 << 20)
+                        e.path().is_file() && e.metadata().is_ok_and(|m| m.len() < 1 << 20)
                     })
                 })
                 .unwrap_or(false);

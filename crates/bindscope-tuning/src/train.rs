@@ -30,7 +30,7 @@ use crate::lora::{
 use bindscope_data::text::Tokenizer;
 use bindscope_models::ForwardOptions;
 use bindscope_saber::generate::Rng;
-use burn::optim::{AdamWConfig, GradientsParams, ModuleOptimizer};
+use burn::optim::{GradientsParams, ModuleOptimizer};
 use burn::prelude::*;
 use burn::tensor::activation::relu;
 use std::path::{Path, PathBuf};
@@ -136,6 +136,17 @@ pub struct StepLog {
     pub seconds: f64,
 }
 
+/// The run's AdamW ([`bindscope_core::train::AdamW`] with this config's settings).
+fn adamw(cfg: &TrainConfig) -> burn::optim::AdamWConfig {
+    bindscope_core::train::AdamW {
+        beta1: cfg.beta1,
+        beta2: cfg.beta2,
+        epsilon: cfg.epsilon,
+        weight_decay: cfg.weight_decay,
+    }
+    .config()
+}
+
 /// The batches of a run: triplet indices, every epoch shuffled.
 pub fn schedule(n: usize, cfg: &TrainConfig) -> Vec<Vec<usize>> {
     let mut out = Vec::new();
@@ -175,12 +186,7 @@ impl<M: TunableText> Trainer<M> {
             return Err("training needs an autodiff device (device.autodiff())".into());
         }
         let model = apply_lora(model, &cfg.lora)?;
-        let optim = AdamWConfig::new()
-            .with_beta_1(cfg.beta1)
-            .with_beta_2(cfg.beta2)
-            .with_epsilon(cfg.epsilon)
-            .with_weight_decay(cfg.weight_decay)
-            .init();
+        let optim = adamw(&cfg).init();
         Ok(Self {
             model,
             optim,
@@ -355,12 +361,7 @@ impl<M: TunableText> Trainer<M> {
         }
         let saved = load_host_adapters(&step_dir.join("adapter.safetensors"))?;
         self.model = set_adapters(self.model.clone(), &saved)?;
-        let optim = AdamWConfig::new()
-            .with_beta_1(self.cfg.beta1)
-            .with_beta_2(self.cfg.beta2)
-            .with_epsilon(self.cfg.epsilon)
-            .with_weight_decay(self.cfg.weight_decay)
-            .init();
+        let optim = adamw(&self.cfg).init();
         self.optim = optim
             .load(step_dir.join("optimizer.bpk"))
             .map_err(|e| format!("optimizer state: {e:?}"))?;
@@ -420,7 +421,7 @@ pub fn run<M: TunableText>(
         let log = trainer.train_step(&batch)?;
         on_step(&log);
         let every = trainer.cfg.checkpoint_every;
-        if every > 0 && trainer.step % every == 0 && trainer.step < total {
+        if every > 0 && trainer.step.is_multiple_of(every) && trainer.step < total {
             trainer.save_checkpoint(ckpt_dir, &fp)?;
         }
     }

@@ -1,0 +1,478 @@
+//! Run records: the one place that writes what a study run leaves behind.
+//!
+//! - [`run_dir`]: choose the run directory by identity — resume the run that has this
+//!   configuration, refuse to overwrite one that has another, or start a new timestamped one;
+//! - [`Provenance`]: the facts a `config.json` records beside the identity (build, crate
+//!   versions, device, time), one schema written by one function;
+//! - [`read_jsonl`] / [`append_jsonl`]: append-only JSON-lines resume logs that survive an
+//!   interruption mid-line;
+//! - [`write_json`], [`read_json`], [`write_csv`]: atomic outputs ([`crate::fsutil`]), CSV through
+//!   the `csv` crate (quoting included) from serde rows.
+//!
+//! The identity of a run is whatever the study serializes as its configuration: two runs with
+//! equal identities compute the same numbers, so a second invocation resumes the first.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::fsutil;
+
+/// Why a run record could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// A file or directory could not be read, written or created.
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done, with the path.
+        context: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// A JSON file or a line of a JSON-lines log does not parse.
+    #[error("{location}: {what}: {source}")]
+    Json {
+        /// `path` or `path:line`.
+        location: String,
+        /// What was expected there.
+        what: String,
+        /// The parser's message.
+        source: serde_json::Error,
+    },
+    /// A CSV file could not be written.
+    #[error("{path}: {source}")]
+    Csv {
+        /// The file.
+        path: String,
+        /// The writer's message.
+        source: csv::Error,
+    },
+    /// `--out` names a run directory whose identity differs.
+    #[error(
+        "{dir} holds a run with another configuration ({difference}); nothing was overwritten: choose another --out or remove it"
+    )]
+    OtherRun {
+        /// The directory.
+        dir: String,
+        /// The fields that differ, there vs now.
+        difference: String,
+    },
+    /// `--out` names a non-empty directory that is not a run directory.
+    #[error("{dir} exists, is not empty and holds no run config.json; nothing was overwritten")]
+    NotARun {
+        /// The directory.
+        dir: String,
+    },
+}
+
+fn io(context: String) -> impl FnOnce(std::io::Error) -> RunError {
+    move |source| RunError::Io { context, source }
+}
+
+/// UTC timestamp for run directory names and `created` fields, `YYYYmmdd-HHMMSS`.
+pub fn timestamp() -> String {
+    chrono::Utc::now().format("%Y%m%d-%H%M%S").to_string()
+}
+
+/// `runs/<study>/` under the current directory: where runs go without `--out`.
+pub fn runs_root(study: &str) -> PathBuf {
+    PathBuf::from("runs").join(study)
+}
+
+/// Writes pretty JSON (with a final newline) atomically.
+///
+/// # Errors
+/// [`RunError::Io`] naming the file.
+pub fn write_json<T: Serialize + ?Sized>(path: &Path, value: &T) -> Result<(), RunError> {
+    let text = serde_json::to_string_pretty(value).map_err(|source| RunError::Json {
+        location: path.display().to_string(),
+        what: "cannot serialize".into(),
+        source,
+    })? + "\n";
+    fsutil::write_atomic(path, text.as_bytes()).map_err(io(format!("writing {}", path.display())))
+}
+
+/// Reads a JSON file.
+///
+/// # Errors
+/// [`RunError::Io`] for an unreadable file, [`RunError::Json`] for invalid JSON.
+pub fn read_json<T: DeserializeOwned>(path: &Path) -> Result<T, RunError> {
+    let text = std::fs::read_to_string(path).map_err(io(format!("reading {}", path.display())))?;
+    serde_json::from_str(&text).map_err(|source| RunError::Json {
+        location: path.display().to_string(),
+        what: "invalid JSON".into(),
+        source,
+    })
+}
+
+/// Writes `rows` as CSV atomically: a header from the first row's field names, then one
+/// record per row, quoted where a field needs it (RFC 4180, the `csv` crate).
+///
+/// # Errors
+/// [`RunError::Csv`] / [`RunError::Io`] naming the file.
+pub fn write_csv<T: Serialize>(path: &Path, rows: &[T]) -> Result<(), RunError> {
+    let mut buf = Vec::new();
+    {
+        let mut w = csv::Writer::from_writer(&mut buf);
+        for r in rows {
+            w.serialize(r).map_err(|source| RunError::Csv {
+                path: path.display().to_string(),
+                source,
+            })?;
+        }
+        w.flush()
+            .map_err(io(format!("writing {}", path.display())))?;
+    }
+    fsutil::write_atomic(path, &buf).map_err(io(format!("writing {}", path.display())))
+}
+
+/// Reads a JSON-lines resume log of `what` records. A final line cut off by an interruption (no
+/// trailing newline) is dropped and the file truncated to its last complete line; any other bad
+/// line is an error naming the file and line. A missing file is an empty log.
+///
+/// # Errors
+/// [`RunError::Io`] for an unreadable file, [`RunError::Json`] naming `path:line`.
+pub fn read_jsonl<T: DeserializeOwned>(path: &Path, what: &str) -> Result<Vec<T>, RunError> {
+    if !path.exists() {
+        return Ok(Vec::new());
+    }
+    let text = std::fs::read_to_string(path).map_err(io(format!("reading {}", path.display())))?;
+    let complete = match text.rfind('\n') {
+        Some(i) => &text[..=i],
+        None => "",
+    };
+    if complete.len() != text.len() {
+        fsutil::write_atomic(path, complete.as_bytes())
+            .map_err(io(format!("truncating {}", path.display())))?;
+    }
+    complete
+        .lines()
+        .enumerate()
+        .map(|(n, l)| {
+            serde_json::from_str(l).map_err(|source| RunError::Json {
+                location: format!("{}:{}", path.display(), n + 1),
+                what: format!("not a {what} record"),
+                source,
+            })
+        })
+        .collect()
+}
+
+/// Appends one record to a JSON-lines resume log (one line, written and fsynced at once:
+/// [`fsutil::append_line`]).
+///
+/// # Errors
+/// [`RunError::Io`] naming the file.
+pub fn append_jsonl<T: Serialize>(path: &Path, record: &T) -> Result<(), RunError> {
+    let line = serde_json::to_string(record).map_err(|source| RunError::Json {
+        location: path.display().to_string(),
+        what: "cannot serialize".into(),
+        source,
+    })?;
+    fsutil::append_line(path, &line).map_err(io(format!("appending to {}", path.display())))
+}
+
+/// The run directory for a run with `identity`: `out` if given (empty, or holding a run with
+/// this identity), else the newest `runs/<study>/<name>-*` with this identity (unless `fresh`),
+/// else a new `runs/<study>/<name>-<timestamp>`. The identity is compared with the
+/// `"identity"` field of each candidate's `config.json`.
+///
+/// # Errors
+/// [`RunError::OtherRun`] naming the differing fields, [`RunError::NotARun`], or an I/O error.
+pub fn run_dir(
+    study: &str,
+    name: &str,
+    out: Option<PathBuf>,
+    identity: &serde_json::Value,
+    fresh: bool,
+) -> Result<PathBuf, RunError> {
+    let recorded = |dir: &Path| -> Result<Option<serde_json::Value>, RunError> {
+        let cfg = dir.join("config.json");
+        if !cfg.exists() {
+            return Ok(None);
+        }
+        let v: serde_json::Value = read_json(&cfg)?;
+        Ok(Some(
+            v.get("identity")
+                .cloned()
+                .unwrap_or(serde_json::Value::Null),
+        ))
+    };
+    if let Some(dir) = out {
+        match recorded(&dir)? {
+            Some(there) if &there == identity => return Ok(dir),
+            Some(there) => {
+                return Err(RunError::OtherRun {
+                    dir: dir.display().to_string(),
+                    difference: describe_difference(&there, identity),
+                });
+            }
+            None => {
+                let listing = dir.exists().then(|| std::fs::read_dir(&dir));
+                if let Some(entries) = listing {
+                    let mut entries = entries.map_err(io(format!("reading {}", dir.display())))?;
+                    if entries.next().is_some() {
+                        return Err(RunError::NotARun {
+                            dir: dir.display().to_string(),
+                        });
+                    }
+                }
+                std::fs::create_dir_all(&dir).map_err(io(format!("creating {}", dir.display())))?;
+                return Ok(dir);
+            }
+        }
+    }
+    let root = runs_root(study);
+    let prefix = format!("{name}-");
+    if !fresh && root.is_dir() {
+        let mut cands: Vec<PathBuf> = std::fs::read_dir(&root)
+            .map_err(io(format!("reading {}", root.display())))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| {
+                p.is_dir()
+                    && p.file_name()
+                        .is_some_and(|n| n.to_string_lossy().starts_with(&prefix))
+            })
+            .collect();
+        cands.sort();
+        for c in cands.into_iter().rev() {
+            if recorded(&c)?.as_ref() == Some(identity) {
+                eprintln!("resuming {}", c.display());
+                return Ok(c);
+            }
+        }
+    }
+    let dir = root.join(format!("{prefix}{}", timestamp()));
+    std::fs::create_dir_all(&dir).map_err(io(format!("creating {}", dir.display())))?;
+    Ok(dir)
+}
+
+/// The fields in which two run identities differ, as `key: <there> there vs <now> now; …`.
+pub fn describe_difference(old: &serde_json::Value, new: &serde_json::Value) -> String {
+    let (Some(o), Some(n)) = (old.as_object(), new.as_object()) else {
+        return "unreadable identity".into();
+    };
+    let mut keys: Vec<&String> = o.keys().chain(n.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    let null = serde_json::Value::Null;
+    let diffs: Vec<String> = keys
+        .into_iter()
+        .filter(|k| o.get(*k) != n.get(*k))
+        .map(|k| {
+            format!(
+                "{k}: {} there vs {} now",
+                o.get(k).unwrap_or(&null),
+                n.get(k).unwrap_or(&null)
+            )
+        })
+        .collect();
+    diffs.join("; ")
+}
+
+/// Facts about the program that were fixed when it was built: its version, the commit of the
+/// source tree it was built from, and the versions of the crates that decide its numbers. The
+/// binary fills this in from its build script (it is the leaf that knows them).
+#[derive(Debug, Clone, Copy)]
+pub struct BuildInfo {
+    /// The package version (`CARGO_PKG_VERSION`).
+    pub version: &'static str,
+    /// The commit the binary was built from (`git rev-parse HEAD` at build time), or
+    /// `"unknown"` when the source was not a git checkout.
+    pub git_commit: &'static str,
+    /// Whether the working tree had uncommitted changes at build time (`None` when unknown).
+    pub git_dirty: Option<bool>,
+    /// `(crate, version)` of every package in the build's `Cargo.lock`; [`Provenance`] records
+    /// those named in [`RECORDED_CRATES`].
+    pub dependencies: &'static [(&'static str, &'static str)],
+}
+
+/// The crates whose versions decide a study's numbers: recorded in every `config.json`.
+pub const RECORDED_CRATES: &[&str] = &[
+    "burn",
+    "burn-flex",
+    "burn-store",
+    "faer",
+    "image",
+    "tokenizers",
+];
+
+/// The device of a run as recorded: as requested, its canonical spec, the adapter or GPU, and
+/// burn's own description.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeviceRecord {
+    /// The spec as the user wrote it (`--device` or `BURN_DEVICE`).
+    pub requested: String,
+    /// The canonical spec ([`crate::DeviceSpec`]'s display form).
+    pub spec: String,
+    /// The adapter or GPU name.
+    pub name: String,
+    /// burn's `Debug` form of the device.
+    pub burn: String,
+}
+
+impl DeviceRecord {
+    /// The record of `device`, opened from `spec`.
+    pub fn new(spec: &str, device: &burn::tensor::Device) -> Self {
+        Self {
+            requested: spec.to_string(),
+            spec: spec
+                .parse::<crate::DeviceSpec>()
+                .map_or_else(|_| spec.to_string(), |s| s.to_string()),
+            name: crate::device::device_name(device),
+            burn: format!("{device:?}"),
+        }
+    }
+}
+
+/// What every `config.json` records beside the run's identity: one schema for every study.
+///
+/// Serialized as top-level fields of `config.json`: `bindscope_version`, `git_commit`,
+/// `git_dirty`, `crate_versions` (an object `crate → version`), `device`
+/// ([`DeviceRecord`], absent for runs that use no device) and `created`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Provenance {
+    /// The program's version.
+    pub bindscope_version: String,
+    /// The commit the program was built from.
+    pub git_commit: String,
+    /// Whether that tree had uncommitted changes.
+    pub git_dirty: Option<bool>,
+    /// Versions of the crates that decide the numbers, bindscope's own first.
+    pub crate_versions: serde_json::Map<String, serde_json::Value>,
+    /// The device.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device: Option<DeviceRecord>,
+    /// When the run directory was created (UTC, [`timestamp`]).
+    pub created: String,
+}
+
+impl Provenance {
+    /// The provenance of a run of the program described by `build` on `device` (`None` for a
+    /// run that computes nothing on a device).
+    pub fn new(build: &BuildInfo, device: Option<DeviceRecord>) -> Self {
+        let mut crate_versions = serde_json::Map::new();
+        crate_versions.insert("bindscope".into(), build.version.into());
+        for name in RECORDED_CRATES {
+            if let Some((_, version)) = build.dependencies.iter().find(|(n, _)| n == name) {
+                crate_versions.insert((*name).into(), (*version).into());
+            }
+        }
+        Self {
+            bindscope_version: build.version.to_string(),
+            git_commit: build.git_commit.to_string(),
+            git_dirty: build.git_dirty,
+            crate_versions,
+            device,
+            created: timestamp(),
+        }
+    }
+
+    /// Adds these fields to a `config.json` object (`config` must be a JSON object).
+    pub fn insert_into(&self, config: &mut serde_json::Value) {
+        if let (Some(obj), Ok(serde_json::Value::Object(fields))) =
+            (config.as_object_mut(), serde_json::to_value(self))
+        {
+            obj.extend(fields);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Serialize)]
+    struct Row<'a> {
+        name: &'a str,
+        value: f64,
+    }
+
+    #[test]
+    fn csv_fields_are_quoted_where_needed() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.csv");
+        write_csv(
+            &p,
+            &[
+                Row {
+                    name: "plain",
+                    value: 1.5,
+                },
+                Row {
+                    name: "a, \"b\"",
+                    value: -2.0,
+                },
+            ],
+        )
+        .unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&p).unwrap(),
+            "name,value\nplain,1.5\n\"a, \"\"b\"\"\",-2.0\n"
+        );
+    }
+
+    #[test]
+    fn a_log_cut_mid_line_is_truncated_and_a_bad_line_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("log.jsonl");
+        append_jsonl(&p, &serde_json::json!({"i": 0})).unwrap();
+        append_jsonl(&p, &serde_json::json!({"i": 1})).unwrap();
+        let mut text = std::fs::read_to_string(&p).unwrap();
+        text.push_str("{\"i\": 2");
+        std::fs::write(&p, &text).unwrap();
+        let rows: Vec<serde_json::Value> = read_jsonl(&p, "test").unwrap();
+        assert_eq!(rows.len(), 2);
+        assert!(std::fs::read_to_string(&p).unwrap().ends_with("}\n"));
+        std::fs::write(&p, "{\"i\": 0}\nnot json\n").unwrap();
+        let e = read_jsonl::<serde_json::Value>(&p, "test").unwrap_err();
+        assert!(
+            e.to_string().contains("log.jsonl:2: not a test record"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn run_dir_resumes_by_identity_and_refuses_another() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("run");
+        let id = serde_json::json!({"seed": 1, "images": 5});
+        assert_eq!(
+            run_dir("t", "m", Some(out.clone()), &id, false).unwrap(),
+            out
+        );
+        write_json(
+            &out.join("config.json"),
+            &serde_json::json!({"identity": id}),
+        )
+        .unwrap();
+        assert_eq!(
+            run_dir("t", "m", Some(out.clone()), &id, false).unwrap(),
+            out
+        );
+        let other = serde_json::json!({"seed": 2, "images": 5});
+        let e = run_dir("t", "m", Some(out.clone()), &other, false).unwrap_err();
+        assert!(e.to_string().contains("seed: 1 there vs 2 now"), "{e}");
+        std::fs::write(dir.path().join("stray"), b"").unwrap();
+        let e = run_dir("t", "m", Some(dir.path().to_path_buf()), &id, false).unwrap_err();
+        assert!(matches!(e, RunError::NotARun { .. }), "{e}");
+    }
+
+    #[test]
+    fn provenance_has_one_schema() {
+        const BUILD: BuildInfo = BuildInfo {
+            version: "0.1.0",
+            git_commit: "abc",
+            git_dirty: Some(false),
+            dependencies: &[("burn", "0.22.1"), ("rand", "0.9.0")],
+        };
+        let mut cfg = serde_json::json!({"identity": {}});
+        Provenance::new(&BUILD, None).insert_into(&mut cfg);
+        assert_eq!(cfg["git_commit"], "abc");
+        assert_eq!(cfg["crate_versions"]["burn"], "0.22.1");
+        assert_eq!(cfg["crate_versions"]["bindscope"], "0.1.0");
+        assert!(cfg["crate_versions"].get("rand").is_none());
+        assert!(cfg.get("device").is_none());
+    }
+}
