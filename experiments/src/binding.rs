@@ -27,7 +27,7 @@
 //! burn-store's `BurnToPyTorchAdapter`) and then uses that directory like any `--model`, so every
 //! study (JER included) sees the same weights and the run config records their sha256.
 
-use crate::common::{self, ModelOpts};
+use crate::common::{self, ModelOpts, Normalize};
 use anyhow::{Context, Result, anyhow, bail};
 use bindscope_binding::readout::{
     Bank, BindingResult, KnnScore, PcaScore, Readout, SameDiffResult, evaluate_binding,
@@ -187,8 +187,8 @@ pub struct SceneOpts {
     pub antialias: usize,
     /// Normalization: imagenet (rescale + ImageNet mean/std, no resize) or model (the
     /// checkpoint's preprocessor_config.json pipeline).
-    #[arg(long, default_value = "imagenet", value_parser = ["imagenet", "model"])]
-    pub normalize: String,
+    #[arg(long, value_enum, default_value_t = Normalize::Imagenet)]
+    pub normalize: Normalize,
     /// Which embedding: pooled, summary, mean-patch.
     #[arg(long, default_value = "pooled")]
     pub output: VisionReadout,
@@ -219,9 +219,9 @@ impl SceneOpts {
 /// The processor that turns a rendered scene into pixel values.
 pub fn scene_processor(
     ckpt: &bindscope_core::Checkpoint,
-    normalize: &str,
+    normalize: Normalize,
 ) -> Result<ImageProcessor> {
-    if normalize == "model" {
+    if normalize == Normalize::Model {
         let p = ckpt.preprocessor_config.as_ref().with_context(|| {
             format!(
                 "--normalize model: {} has no preprocessor_config.json",
@@ -350,20 +350,17 @@ pub fn write_config(
     if dir.join("config.json").exists() {
         return Ok(());
     }
-    let mut cfg = json!({
-        "study": study,
-        "identity": identity,
-        "crate_versions": common::crate_versions(),
-        "git_commit": common::git_commit(),
-        "device": common::device_json(device_spec, device),
-        "created": common::timestamp(),
-    });
+    let mut cfg = common::config_json(
+        json!({ "study": study, "identity": identity }),
+        device_spec,
+        Some(device),
+    );
     if let (Some(o), Some(e)) = (cfg.as_object_mut(), extra.as_object()) {
         for (k, v) in e {
             o.insert(k.clone(), v.clone());
         }
     }
-    common::write_json(&dir.join("config.json"), &cfg)
+    Ok(common::write_json(&dir.join("config.json"), &cfg)?)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -593,7 +590,7 @@ fn load_and_embed(
     let model =
         bindscope_models::registry::load_vision(&ckpt, device, &source.model_opts.load_options())
             .with_context(|| format!("loading vision encoder of '{spec}'"))?;
-    let proc = scene_processor(&ckpt, &scenes.normalize)?;
+    let proc = scene_processor(&ckpt, scenes.normalize)?;
     let rows = scene_bank(
         model.as_ref(),
         &proc,

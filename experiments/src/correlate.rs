@@ -105,7 +105,7 @@ pub fn run(args: CorrelateArgs) -> Result<()> {
     let rows: Vec<Row> = files
         .iter()
         .map(|p| {
-            let value = common::read_json(p)?;
+            let value: serde_json::Value = common::read_json(p)?;
             if !value["metrics"].is_object() {
                 bail!(
                     "{}: not a probe-all row (expected a \"metrics\" object)",

@@ -296,9 +296,8 @@ fn write_data(a: &DataArgs) -> Result<Splits> {
         "kept": kept.len(),
         "splits": sizes,
         "split_rule": "80/10/10 per trainable type (seeded shuffle of ids); deferred_bind_anaphoric and deferred_bind_respective held out entirely",
-        "bindscope": common::crate_versions(),
-        "git_commit": common::git_commit(),
     });
+    let report = common::config_json(report, "cpu", None);
     common::write_json(&a.out.join("data_report.json"), &report)?;
     eprintln!(
         "data: {} examples kept, {} rejected → {} (train {}, val {}, test {}, held-out {} + {})",
@@ -539,10 +538,8 @@ fn train_tower<M: TunableText>(
         "train_triplets": train_t.len(),
         "eval_sets": sets.iter().map(|(n, t)| (n.to_string(), t.len())).collect::<std::collections::BTreeMap<_, _>>(),
         "saber_items": saber.len(),
-        "device": common::device_json(device_spec, device),
-        "bindscope": common::crate_versions(),
-        "git_commit": common::git_commit(),
     });
+    let config = common::config_json(config, device_spec, Some(device));
     common::write_json(&out.join("config.json"), &config)?;
 
     // Base model.

@@ -301,15 +301,17 @@ pub fn run(args: FoveatedArgs, device: &Device, device_spec: &str) -> Result<()>
         args.fresh,
     )?;
     if !dir.join("config.json").exists() {
-        let config = json!({
-            "identity": identity,
-            "readouts": args.readouts, "probes": args.probes, "seeds": args.seeds,
-            "model_info": info, "grid": grid, "processor_normalization": normalization,
-            "feature_cache": cache_dir.display().to_string(),
-            "checkpoint_files": ckpt.weights.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
-            "crate_versions": common::crate_versions(), "git_commit": common::git_commit(),
-            "device": common::device_json(device_spec, device), "created": common::timestamp(),
-        });
+        let config = common::config_json(
+            json!({
+                "identity": identity,
+                "readouts": args.readouts, "probes": args.probes, "seeds": args.seeds,
+                "model_info": info, "grid": grid, "processor_normalization": normalization,
+                "feature_cache": cache_dir.display().to_string(),
+                "checkpoint_files": ckpt.weights.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
+            }),
+            device_spec,
+            Some(device),
+        );
         common::write_json(&dir.join("config.json"), &config)?;
     }
     if args.dump_images > 0 {
@@ -1309,12 +1311,15 @@ fn run_gqa(args: FoveatedArgs, device: &Device, device_spec: &str) -> Result<()>
     if !dir.join("config.json").exists() {
         common::write_json(
             &dir.join("config.json"),
-            &json!({
-                "identity": identity, "readouts": readouts, "probes": args.probes, "seeds": args.seeds,
-                "gqa_dir": gdir.display().to_string(), "build_report": pairs.report, "model_info": info, "grid": grid,
-                "feature_cache": cache_dir.display().to_string(), "crate_versions": common::crate_versions(),
-                "git_commit": common::git_commit(), "device": common::device_json(device_spec, device), "created": common::timestamp(),
-            }),
+            &common::config_json(
+                json!({
+                    "identity": identity, "readouts": readouts, "probes": args.probes, "seeds": args.seeds,
+                    "gqa_dir": gdir.display().to_string(), "build_report": pairs.report, "model_info": info, "grid": grid,
+                    "feature_cache": cache_dir.display().to_string(),
+                }),
+                device_spec,
+                Some(device),
+            ),
         )?;
     }
 

@@ -15,7 +15,7 @@
 //! image), `results.json`, `eigenvalues.csv` (global covariance spectrum).
 
 use crate::binding::{self, ModelSource};
-use crate::common;
+use crate::common::{self, Normalize};
 use anyhow::{Context, Result, bail};
 use bindscope_binding::geometry::{
     ANCHOR_STREAM, Cloud, SAMPLE_STREAM, choose_indices, covariance_eigenvalues, global_geometry,
@@ -46,8 +46,8 @@ pub struct GeometryOpts {
     pub geometry_seed: u64,
     /// Preprocessing of the folder images: imagenet (resize 256 bicubic, center crop 224,
     /// ImageNet mean/std) or model (the checkpoint's preprocessor_config.json).
-    #[arg(long, default_value = "imagenet", value_parser = ["imagenet", "model"])]
-    pub preprocess: String,
+    #[arg(long, value_enum, default_value_t = Normalize::Imagenet)]
+    pub preprocess: Normalize,
 }
 
 /// Arguments of `experiments geometry`.
@@ -108,9 +108,12 @@ pub fn list_images(dir: &Path) -> Result<Vec<PathBuf>> {
 }
 
 /// The folder processor: resize 256 / crop 224 / ImageNet, or the checkpoint's.
-pub fn folder_processor(ckpt: &bindscope_core::Checkpoint, mode: &str) -> Result<ImageProcessor> {
-    if mode == "model" {
-        return binding::scene_processor(ckpt, "model");
+pub fn folder_processor(
+    ckpt: &bindscope_core::Checkpoint,
+    mode: Normalize,
+) -> Result<ImageProcessor> {
+    if mode == Normalize::Model {
+        return binding::scene_processor(ckpt, Normalize::Model);
     }
     Ok(ImageProcessor {
         size: ResizeTo::ShortestEdge(256),
@@ -289,7 +292,7 @@ pub fn run(args: GeometryArgs, device: &Device, device_spec: &str) -> Result<()>
         &args.source.model_opts.load_options(),
     )
     .with_context(|| format!("loading vision encoder of '{spec}'"))?;
-    let proc = folder_processor(&ckpt, &args.geometry.preprocess)?;
+    let proc = folder_processor(&ckpt, args.geometry.preprocess)?;
     let g = compute(
         &dir,
         model.as_ref(),

@@ -30,7 +30,7 @@ pub fn run(args: InfoArgs, device: &Device, device_spec: &str) -> Result<()> {
         "model": args.model,
         "files": ckpt.weights.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
         "file_dtypes": dtypes,
-        "loaded_dtype": if args.model_opts.dtype == "keep" { "as stored" } else { "f32" },
+        "loaded_dtype": if args.model_opts.dtype == common::Dtype::Keep { "as stored" } else { "f32" },
         "device": common::device_json(device_spec, device),
         "towers": towers,
     });
@@ -50,7 +50,7 @@ pub fn run(args: InfoArgs, device: &Device, device_spec: &str) -> Result<()> {
     );
     println!(
         "device       {}: {}",
-        common::canonical_device(device_spec),
+        v["device"]["spec"].as_str().unwrap_or(device_spec),
         bindscope_core::device::device_name(device)
     );
     for (tower, info) in &loaded {

@@ -11,7 +11,7 @@
 //! and SVG plots. Re-running the same command resumes the newest run directory of that model
 //! with the same configuration.
 
-use crate::common::{self, ModelOpts};
+use crate::common::{self, ModelOpts, Normalize};
 use crate::plot;
 use anyhow::{Context, Result, bail};
 use bindscope_jer::probe::{IMAGENET_MEAN, IMAGENET_STD, ProbeSpec};
@@ -28,48 +28,48 @@ use std::path::{Path, PathBuf};
 pub struct JerArgs {
     /// Hugging Face id or local checkpoint directory; repeat for a comparison table.
     #[arg(long, required = true, num_args = 1..)]
-    model: Vec<String>,
+    pub(crate) model: Vec<String>,
     /// Number of probe images x ~ N(0.45, 0.225²), clipped to [0, 1].
     #[arg(long, default_value_t = 100)]
-    images: usize,
+    pub(crate) images: usize,
     /// Seed of the probe images and sketch directions.
     #[arg(long, default_value_t = 42)]
-    seed: u64,
+    pub(crate) seed: u64,
     /// Seed-stability study: comma-separated seeds (overrides --seed), e.g. 42,123,456,789,1024.
     #[arg(long, value_delimiter = ',')]
-    seeds: Vec<u64>,
+    pub(crate) seeds: Vec<u64>,
     /// Sketch size k (2 ≤ k ≤ output dimension).
     #[arg(long, default_value_t = 32)]
-    directions: usize,
+    pub(crate) directions: usize,
     /// output-sketch (Gᵀ·J, one batched backward) or input-sketch (J·V, the paper's definition).
     #[arg(long, default_value = "output-sketch")]
-    estimator: Estimator,
+    pub(crate) estimator: Estimator,
     /// Copies of the image per backward pass: bounds peak memory.
     #[arg(long, default_value_t = 8)]
-    chunk: usize,
+    pub(crate) chunk: usize,
     /// Which embedding: pooled (the model's standard embedding; projected for CLIP), summary
     /// (CLS after the final norm / MAP head), mean-patch.
     #[arg(long, default_value = "pooled")]
-    output: VisionReadout,
+    pub(crate) output: VisionReadout,
     /// Normalization of the probe: imagenet (the paper, every model) or model (the
     /// checkpoint's preprocessor_config.json mean/std).
-    #[arg(long, default_value = "imagenet", value_parser = ["imagenet", "model"])]
-    normalize: String,
+    #[arg(long, value_enum, default_value_t = Normalize::Imagenet)]
+    pub(crate) normalize: Normalize,
     /// Also compute JER at the output of every block (pooled like the final output).
     #[arg(long)]
-    depth: bool,
+    pub(crate) depth: bool,
     /// Probe image size HxW; the paper uses 224×224 for every model (DINOv2's position
     /// embeddings are interpolated from their 518-pixel grid, as transformers does).
     #[arg(long, default_value = "224x224")]
-    size: String,
+    pub(crate) size: String,
     /// Run directory (with several models: the parent of one directory per model).
     #[arg(long)]
-    out: Option<PathBuf>,
+    pub(crate) out: Option<PathBuf>,
     /// Start a new run directory even if a matching one exists.
     #[arg(long)]
-    fresh: bool,
+    pub(crate) fresh: bool,
     #[command(flatten)]
-    model_opts: ModelOpts,
+    pub(crate) model_opts: ModelOpts,
 }
 
 /// One finished probe image: the line format of `per_image.jsonl`.
@@ -81,11 +81,13 @@ struct ImageRecord {
     outputs: Vec<OutputSpectrum>,
 }
 
-/// Summary of one model's run, for the comparison table.
-struct ModelSummary {
-    model: String,
-    jer: Summary,
-    erank: Summary,
+/// Summary of one model's run, for the comparison table and `probe-all`.
+pub(crate) struct ModelSummary {
+    pub(crate) model: String,
+    /// JER over the probe images (the final output).
+    pub(crate) jer: Summary,
+    /// Entropy effective rank over the probe images.
+    pub(crate) erank: Summary,
     spectrum: Vec<f64>,
     dir: PathBuf,
 }
@@ -113,7 +115,7 @@ fn model_normalization(ckpt: &bindscope_core::Checkpoint) -> Result<([f32; 3], [
             ckpt.dir().display()
         )
     })?;
-    let v = common::read_json(path)?;
+    let v: serde_json::Value = common::read_json(path)?;
     let triple = |key: &str| -> Result<[f32; 3]> {
         let a = v
             .get(key)
@@ -130,6 +132,16 @@ fn model_normalization(ckpt: &bindscope_core::Checkpoint) -> Result<([f32; 3], [
 }
 
 pub fn run(args: JerArgs, device: &Device, device_spec: &str) -> Result<()> {
+    run_models(&args, device, device_spec).map(|_| ())
+}
+
+/// Runs every model of `args` (and the comparison table when there are several) and returns
+/// their summaries.
+pub(crate) fn run_models(
+    args: &JerArgs,
+    device: &Device,
+    device_spec: &str,
+) -> Result<Vec<ModelSummary>> {
     let seeds = if args.seeds.is_empty() {
         vec![args.seed]
     } else {
@@ -157,15 +169,7 @@ pub fn run(args: JerArgs, device: &Device, device_spec: &str) -> Result<()> {
             (Some(o), true) => Some(o.join(common::slug(spec))),
             (None, _) => None,
         };
-        summaries.push(run_model(
-            &args,
-            spec,
-            &seeds,
-            out,
-            &stamp,
-            device,
-            device_spec,
-        )?);
+        summaries.push(run_model(args, spec, &seeds, out, device, device_spec)?);
     }
     if several {
         let dir = args
@@ -206,16 +210,14 @@ pub fn run(args: JerArgs, device: &Device, device_spec: &str) -> Result<()> {
         plot::spectrum_svg(&dir.join("spectrum.svg"), &series)?;
         println!("comparison: {}", dir.display());
     }
-    Ok(())
+    Ok(summaries)
 }
 
-#[allow(clippy::too_many_arguments)]
 fn run_model(
     args: &JerArgs,
     spec: &str,
     seeds: &[u64],
     out: Option<PathBuf>,
-    stamp: &str,
     device: &Device,
     device_spec: &str,
 ) -> Result<ModelSummary> {
@@ -227,9 +229,9 @@ fn run_model(
             .with_context(|| format!("loading vision encoder of '{spec}'"))?;
     let info = model.info();
     let [h, w] = parse_size(&args.size)?;
-    let (mean, std) = match args.normalize.as_str() {
-        "model" => model_normalization(&ckpt)?,
-        _ => (IMAGENET_MEAN, IMAGENET_STD),
+    let (mean, std) = match args.normalize {
+        Normalize::Model => model_normalization(&ckpt)?,
+        Normalize::Imagenet => (IMAGENET_MEAN, IMAGENET_STD),
     };
     let probe = ProbeSpec {
         norm_mean: mean,
@@ -292,17 +294,17 @@ fn run_model(
         "dtype": args.model_opts.dtype,
     });
     let dir = common::run_dir("jer", &common::slug(spec), out, &identity, args.fresh)?;
-    let config = json!({
-        "study": "jer",
-        "identity": identity,
-        "model_info": info,
-        "chunk": args.chunk,
-        "checkpoint_files": ckpt.weights.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
-        "crate_versions": common::crate_versions(),
-        "git_commit": common::git_commit(),
-        "device": common::device_json(device_spec, device),
-        "created": stamp,
-    });
+    let config = common::config_json(
+        json!({
+            "study": "jer",
+            "identity": identity,
+            "model_info": info,
+            "chunk": args.chunk,
+            "checkpoint_files": ckpt.weights.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
+        }),
+        device_spec,
+        Some(device),
+    );
     if !dir.join("config.json").exists() {
         common::write_json(&dir.join("config.json"), &config)?;
     }

@@ -18,11 +18,13 @@
 
 use crate::binding::{self, ModelSource, ReadoutOpts, SceneOpts};
 use crate::common;
+use crate::common::Normalize;
 use crate::geometry::{self, GeometryOpts};
+use crate::jer::JerArgs;
 use anyhow::{Context, Result, bail};
 use bindscope_binding::readout::Bank;
+use bindscope_jer::Estimator;
 use burn::prelude::*;
-use clap::Parser;
 use serde_json::json;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -77,13 +79,6 @@ pub struct ProbeAllArgs {
     /// Start a new run directory even if a matching one exists.
     #[arg(long)]
     fresh: bool,
-}
-
-/// Parses `jer` arguments the way the CLI would.
-#[derive(clap::Parser, Debug)]
-struct JerCli {
-    #[command(flatten)]
-    args: crate::jer::JerArgs,
 }
 
 pub fn run(args: ProbeAllArgs, device: &Device, device_spec: &str) -> Result<()> {
@@ -149,40 +144,30 @@ pub fn run(args: ProbeAllArgs, device: &Device, device_spec: &str) -> Result<()>
     if !args.skip_jer {
         let t = Instant::now();
         let jer_dir = dir.join("jer");
-        let argv: Vec<String> = vec![
-            "jer".into(),
-            "--model".into(),
-            spec.clone(),
-            "--images".into(),
-            args.jer_images.to_string(),
-            "--seed".into(),
-            args.jer_seed.to_string(),
-            "--directions".into(),
-            args.jer_directions.to_string(),
-            "--chunk".into(),
-            args.jer_chunk.to_string(),
-            "--size".into(),
-            args.jer_size.clone(),
-            "--output".into(),
-            serde_json::to_value(args.scenes.output)?
-                .as_str()
-                .unwrap_or("pooled")
-                .to_string(),
-            "--dtype".into(),
-            args.source.model_opts.dtype.clone(),
-            "--out".into(),
-            jer_dir.display().to_string(),
-        ];
-        let jer_args = JerCli::try_parse_from(&argv)
-            .context("building the jer arguments")?
-            .args;
-        crate::jer::run(jer_args, device, device_spec)?;
-        let r = common::read_json(&jer_dir.join("results.json"))?;
-        metrics.insert("jer".into(), r["jer"]["mean"].clone());
-        metrics.insert("jer_entropy_rank".into(), r["entropy_rank"]["mean"].clone());
+        let jer_args = JerArgs {
+            model: vec![spec.clone()],
+            images: args.jer_images,
+            seed: args.jer_seed,
+            seeds: Vec::new(),
+            directions: args.jer_directions,
+            estimator: Estimator::OutputSketch,
+            chunk: args.jer_chunk,
+            output: args.scenes.output,
+            normalize: Normalize::Imagenet,
+            depth: false,
+            size: args.jer_size.clone(),
+            out: Some(jer_dir.clone()),
+            fresh: false,
+            model_opts: args.source.model_opts.clone(),
+        };
+        let summary = crate::jer::run_models(&jer_args, device, device_spec)?
+            .pop()
+            .context("the JER run returned no summary")?;
+        metrics.insert("jer".into(), json!(summary.jer.mean));
+        metrics.insert("jer_entropy_rank".into(), json!(summary.erank.mean));
         details.insert(
             "jer".into(),
-            json!({ "jer": r["jer"], "entropy_rank": r["entropy_rank"], "run_dir": jer_dir }),
+            json!({ "jer": summary.jer, "entropy_rank": summary.erank, "run_dir": jer_dir }),
         );
         timings.insert("jer".into(), json!(t.elapsed().as_secs_f64()));
     }
@@ -196,7 +181,7 @@ pub fn run(args: ProbeAllArgs, device: &Device, device_spec: &str) -> Result<()>
     .with_context(|| format!("loading vision encoder of '{spec}'"))?;
     let info = model.info();
     let t = Instant::now();
-    let proc = binding::scene_processor(&ckpt, &args.scenes.normalize)?;
+    let proc = binding::scene_processor(&ckpt, args.scenes.normalize)?;
     let rows = binding::scene_bank(
         model.as_ref(),
         &proc,
@@ -222,7 +207,7 @@ pub fn run(args: ProbeAllArgs, device: &Device, device_spec: &str) -> Result<()>
 
     if let (Some((_, samples)), Some(_)) = (&geo, &args.images) {
         let t = Instant::now();
-        let gproc = geometry::folder_processor(&ckpt, &args.geometry.preprocess)?;
+        let gproc = geometry::folder_processor(&ckpt, args.geometry.preprocess)?;
         let g = geometry::compute(
             &dir,
             model.as_ref(),

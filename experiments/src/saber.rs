@@ -169,9 +169,8 @@ fn run_generate(a: GenerateArgs) -> Result<()> {
             "palette": vocab.palette,
         },
         "prompts": "render each row of prompts.jsonl, mirror it left-right when hflip is true, save it as <id>.png in one folder, pass that folder to `saber eval --images`",
-        "bindscope": common::crate_versions(),
-        "git_commit": common::git_commit(),
     });
+    let manifest = common::config_json(manifest, "cpu", None);
     common::write_json(&out.join("manifest.json"), &manifest)?;
     eprintln!(
         "wrote {} items ({} candidates) and {} prompts to {} in {:.1}s",
@@ -380,11 +379,8 @@ fn run_eval(a: EvalArgs, device: &Device, device_spec: &str) -> Result<()> {
         "images": a.images.as_ref().map(|p| p.display().to_string()),
         "batch_size": a.batch_size,
         "scoring": "cosine similarity of L2-normalised embeddings (text: the model's sentence embedding; image: pooled readout)",
-        "device": common::device_json(device_spec, device),
-        "git_commit": common::git_commit(),
-        "crates": common::crate_versions(),
-        "timestamp_utc": common::timestamp(),
     });
+    let config = common::config_json(config, device_spec, Some(device));
     let total_s = t_start.elapsed().as_secs_f64();
     let timings = serde_json::json!({
         "load_model": load_s, "embed_texts": text_s, "embed_images": image_s, "evaluate": eval_s, "total": total_s,

@@ -726,3 +726,60 @@ fn foveated_gqa_runs_end_to_end_and_names_bad_input() {
     assert!(text.contains("image 1: decoded 7×7"), "{text}");
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// `config.json` records the commit the binary was built from, not the repository (if any) of
+/// the directory it runs in: run from a directory outside any checkout, the commit is still the
+/// source tree's, and every provenance field of the one schema is there.
+#[test]
+fn provenance_records_the_build_not_the_working_directory() {
+    let out = scratch("provenance");
+    std::fs::create_dir_all(&out).unwrap();
+    let model = fixture("jer");
+    let mut args = JER.to_vec();
+    args.extend(["--model", &model, "--out", "run"]);
+    let o = Command::new(env!("CARGO_BIN_EXE_experiments"))
+        .args(&args)
+        .current_dir(&out)
+        .env("HF_HUB_OFFLINE", "1")
+        .env("GIT_CEILING_DIRECTORIES", std::env::temp_dir())
+        .output()
+        .expect("runs");
+    assert!(o.status.success(), "{}", common::text(&o));
+    let config: serde_json::Value =
+        serde_json::from_str(&read(&out.join("run/config.json"))).unwrap();
+    for key in [
+        "bindscope_version",
+        "git_commit",
+        "git_dirty",
+        "crate_versions",
+        "device",
+        "created",
+    ] {
+        assert!(
+            config.get(key).is_some(),
+            "config.json lacks {key}: {config}"
+        );
+    }
+    let source_head = Command::new("git")
+        .args(["rev-parse", "HEAD"])
+        .current_dir(root())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    match source_head {
+        // Built from a checkout (CI, a developer's clone): that commit.
+        Some(head) => assert_eq!(config["git_commit"], head.as_str()),
+        // Built from a source archive: no commit to record.
+        None => assert_eq!(config["git_commit"], "unknown"),
+    }
+    assert_eq!(
+        config["crate_versions"]["bindscope"],
+        env!("CARGO_PKG_VERSION")
+    );
+    assert!(
+        config["crate_versions"]["burn-flex"].is_string(),
+        "{config}"
+    );
+    std::fs::remove_dir_all(&out).ok();
+}
