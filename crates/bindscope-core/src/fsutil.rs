@@ -43,11 +43,17 @@ pub fn write_atomic_with(
         None => Path::new("."),
     };
     // Dropping the temporary file on any early return deletes it: no debris beside the output.
-    let tmp = tempfile::Builder::new()
-        .prefix(&temp_prefix(path))
-        .suffix(".tmp")
-        .tempfile_in(parent)
-        .map_err(ctx)?;
+    let prefix = temp_prefix(path);
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(&prefix).suffix(".tmp");
+    // tempfile creates owner-only files; an output gets what `File::create` gives (0666 less the
+    // umask), as before.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        builder.permissions(std::fs::Permissions::from_mode(0o666));
+    }
+    let tmp = builder.tempfile_in(parent).map_err(ctx)?;
     let mut w = std::io::BufWriter::new(tmp.reopen().map_err(ctx)?);
     fill(&mut w)
         .and_then(|_| w.flush())
@@ -107,6 +113,20 @@ mod tests {
             "a failed write must keep the old file"
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Outputs are as readable as `File::create` makes them, not owner-only like a temp file.
+    #[cfg(unix)]
+    #[test]
+    fn outputs_get_the_usual_permissions() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let plain = dir.path().join("plain.txt");
+        std::fs::write(&plain, b"x").unwrap();
+        let atomic = dir.path().join("atomic.txt");
+        write_atomic(&atomic, b"x").unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&atomic), mode(&plain));
     }
 
     #[test]
