@@ -5,6 +5,16 @@
 
 fn main() {
     println!("cargo:rerun-if-changed=../Cargo.lock");
+    // `git_dirty` must follow edits of the sources, not only commits (vergen watches HEAD and
+    // the branch ref): re-run when any source directory or the index changes.
+    for dir in ["../src", "../crates", "../models", "src", "../benches"] {
+        println!("cargo:rerun-if-changed={dir}");
+    }
+    for git_file in ["../.git/index", "../.git/packed-refs"] {
+        if std::path::Path::new(git_file).exists() {
+            println!("cargo:rerun-if-changed={git_file}");
+        }
+    }
     built::write_built_file().expect("writing the build facts (built.rs)");
     let git = vergen_gitcl::Gitcl::builder()
         .sha(false)

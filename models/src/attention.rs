@@ -209,7 +209,8 @@ pub enum RopeScaling {
 ///
 /// Computed in f32 in transformers' order of operations
 /// (`1.0 / (base ** (torch.arange(0, dim, 2).float() / dim))`, then the scaling rule), so the
-/// angles equal transformers' to the last bits on the CPU.
+/// frequencies equal transformers' to within an ulp (torch divides by multiplying with a
+/// reciprocal in places where this divides).
 ///
 /// Source: transformers `modeling_rope_utils.py`, `_compute_default_rope_parameters`,
 /// `_compute_linear_scaling_rope_parameters`, `_compute_llama3_parameters`.

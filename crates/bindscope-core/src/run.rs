@@ -284,7 +284,7 @@ pub struct BuildInfo {
     /// Whether the working tree had uncommitted changes at build time (`None` when unknown).
     pub git_dirty: Option<bool>,
     /// `(crate, version)` of every package in the build's `Cargo.lock`; [`Provenance`] records
-    /// those named in [`RECORDED_CRATES`].
+    /// those named in [`RECORDED_CRATES`] (several versions of one crate joined by ", ").
     pub dependencies: &'static [(&'static str, &'static str)],
 }
 
@@ -355,8 +355,15 @@ impl Provenance {
         let mut crate_versions = serde_json::Map::new();
         crate_versions.insert("bindscope".into(), build.version.into());
         for name in RECORDED_CRATES {
-            if let Some((_, version)) = build.dependencies.iter().find(|(n, _)| n == name) {
-                crate_versions.insert((*name).into(), (*version).into());
+            // Cargo.lock may hold several versions of one crate: record them all.
+            let versions: Vec<&str> = build
+                .dependencies
+                .iter()
+                .filter(|(n, _)| n == name)
+                .map(|(_, v)| *v)
+                .collect();
+            if !versions.is_empty() {
+                crate_versions.insert((*name).into(), versions.join(", ").into());
             }
         }
         Self {
@@ -465,13 +472,19 @@ mod tests {
             version: "0.1.0",
             git_commit: "abc",
             git_dirty: Some(false),
-            dependencies: &[("burn", "0.22.1"), ("rand", "0.9.0")],
+            dependencies: &[
+                ("burn", "0.22.1"),
+                ("image", "0.24.9"),
+                ("image", "0.25.10"),
+                ("rand", "0.9.0"),
+            ],
         };
         let mut cfg = serde_json::json!({"identity": {}});
         Provenance::new(&BUILD, None).insert_into(&mut cfg);
         assert_eq!(cfg["git_commit"], "abc");
         assert_eq!(cfg["crate_versions"]["burn"], "0.22.1");
         assert_eq!(cfg["crate_versions"]["bindscope"], "0.1.0");
+        assert_eq!(cfg["crate_versions"]["image"], "0.24.9, 0.25.10");
         assert!(cfg["crate_versions"].get("rand").is_none());
         assert!(cfg.get("device").is_none());
     }
