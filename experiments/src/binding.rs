@@ -352,8 +352,7 @@ pub fn write_config(
     }
     let mut cfg = common::config_json(
         json!({ "study": study, "identity": identity }),
-        device_spec,
-        Some(device),
+        Some((device_spec, device)),
     );
     if let (Some(o), Some(e)) = (cfg.as_object_mut(), extra.as_object()) {
         for (k, v) in e {

@@ -93,14 +93,13 @@ pub fn build_info() -> BuildInfo {
 }
 
 /// `fields` (a JSON object: study, identity, options) with the run's provenance added — the
-/// one schema of every `config.json` ([`Provenance`]). `device` is `None` for commands that
-/// compute nothing on a device.
+/// one schema of every `config.json` ([`Provenance`]). `device` is the device as requested
+/// (`--device`) and as opened; `None` for commands that compute nothing on a device.
 pub fn config_json(
     mut fields: serde_json::Value,
-    device_spec: &str,
-    device: Option<&Device>,
+    device: Option<(&str, &Device)>,
 ) -> serde_json::Value {
-    let device = device.map(|d| DeviceRecord::new(device_spec, d));
+    let device = device.map(|(spec, d)| DeviceRecord::new(spec, d));
     Provenance::new(&build_info(), device).insert_into(&mut fields);
     fields
 }

@@ -297,7 +297,7 @@ fn write_data(a: &DataArgs) -> Result<Splits> {
         "splits": sizes,
         "split_rule": "80/10/10 per trainable type (seeded shuffle of ids); deferred_bind_anaphoric and deferred_bind_respective held out entirely",
     });
-    let report = common::config_json(report, "cpu", None);
+    let report = common::config_json(report, None);
     common::write_json(&a.out.join("data_report.json"), &report)?;
     eprintln!(
         "data: {} examples kept, {} rejected → {} (train {}, val {}, test {}, held-out {} + {})",
@@ -539,7 +539,7 @@ fn train_tower<M: TunableText>(
         "eval_sets": sets.iter().map(|(n, t)| (n.to_string(), t.len())).collect::<std::collections::BTreeMap<_, _>>(),
         "saber_items": saber.len(),
     });
-    let config = common::config_json(config, device_spec, Some(device));
+    let config = common::config_json(config, Some((device_spec, device)));
     common::write_json(&out.join("config.json"), &config)?;
 
     // Base model.

@@ -309,8 +309,7 @@ pub fn run(args: FoveatedArgs, device: &Device, device_spec: &str) -> Result<()>
                 "feature_cache": cache_dir.display().to_string(),
                 "checkpoint_files": ckpt.weights.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
             }),
-            device_spec,
-            Some(device),
+            Some((device_spec, device)),
         );
         common::write_json(&dir.join("config.json"), &config)?;
     }
@@ -1317,8 +1316,7 @@ fn run_gqa(args: FoveatedArgs, device: &Device, device_spec: &str) -> Result<()>
                     "gqa_dir": gdir.display().to_string(), "build_report": pairs.report, "model_info": info, "grid": grid,
                     "feature_cache": cache_dir.display().to_string(),
                 }),
-                device_spec,
-                Some(device),
+                Some((device_spec, device)),
             ),
         )?;
     }

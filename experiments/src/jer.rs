@@ -302,8 +302,7 @@ fn run_model(
             "chunk": args.chunk,
             "checkpoint_files": ckpt.weights.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
         }),
-        device_spec,
-        Some(device),
+        Some((device_spec, device)),
     );
     if !dir.join("config.json").exists() {
         common::write_json(&dir.join("config.json"), &config)?;

@@ -170,7 +170,7 @@ fn run_generate(a: GenerateArgs) -> Result<()> {
         },
         "prompts": "render each row of prompts.jsonl, mirror it left-right when hflip is true, save it as <id>.png in one folder, pass that folder to `saber eval --images`",
     });
-    let manifest = common::config_json(manifest, "cpu", None);
+    let manifest = common::config_json(manifest, None);
     common::write_json(&out.join("manifest.json"), &manifest)?;
     eprintln!(
         "wrote {} items ({} candidates) and {} prompts to {} in {:.1}s",
@@ -380,7 +380,7 @@ fn run_eval(a: EvalArgs, device: &Device, device_spec: &str) -> Result<()> {
         "batch_size": a.batch_size,
         "scoring": "cosine similarity of L2-normalised embeddings (text: the model's sentence embedding; image: pooled readout)",
     });
-    let config = common::config_json(config, device_spec, Some(device));
+    let config = common::config_json(config, Some((device_spec, device)));
     let total_s = t_start.elapsed().as_secs_f64();
     let timings = serde_json::json!({
         "load_model": load_s, "embed_texts": text_s, "embed_images": image_s, "evaluate": eval_s, "total": total_s,
