@@ -2,32 +2,15 @@
 //! records of `bindscope_core::run` (run directories, resume logs, provenance, atomic JSON).
 
 use anyhow::Result;
-use bindscope_core::run::{BuildInfo, DeviceRecord, Provenance};
+use bindscope_core::run::{BuildInfo, DeviceRecord, Provenance, RunContext};
 use bindscope_core::{Checkpoint, LoadOptions};
 use burn::tensor::Device;
-use std::path::Path;
 
-pub use bindscope_core::run::{read_json, read_jsonl, run_dir, runs_root, timestamp, write_json};
+pub use bindscope_core::run::{
+    progress, read_json, read_jsonl, run_dir, runs_root, slug, timestamp, write_json,
+};
 
-/// `--dtype`: the float type the weights are computed in.
-#[derive(clap::ValueEnum, serde::Serialize, Debug, Clone, Copy, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum Dtype {
-    /// Cast every float weight to f32 (the default; what the parity tests check).
-    F32,
-    /// Keep the checkpoint's float dtype (f16 / bf16).
-    Keep,
-}
-
-/// `--normalize`: the mean / std a synthetic probe or scene is normalized with.
-#[derive(clap::ValueEnum, serde::Serialize, Debug, Clone, Copy, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum Normalize {
-    /// ImageNet mean / std (the papers' setting, every model).
-    Imagenet,
-    /// The checkpoint's own `preprocessor_config.json`.
-    Model,
-}
+pub use bindscope_core::options::{Dtype, Normalize};
 
 /// Options every model-loading subcommand takes.
 #[derive(clap::Args, Debug, Clone)]
@@ -39,39 +22,13 @@ pub struct ModelOpts {
 
 impl ModelOpts {
     pub fn load_options(&self) -> LoadOptions {
-        LoadOptions {
-            keep_dtype: self.dtype == Dtype::Keep,
-            ..Default::default()
-        }
+        self.dtype.load_options()
     }
 }
 
 /// Resolves `--model` to its checkpoint files.
 pub fn resolve(spec: &str) -> Result<Checkpoint> {
     Ok(Checkpoint::resolve(spec)?)
-}
-
-/// A file-system-safe name for a model spec (`openai/clip-vit-base-patch32` →
-/// `openai--clip-vit-base-patch32`; a directory → its last component).
-pub fn slug(spec: &str) -> String {
-    let p = Path::new(spec);
-    let base = if p.is_dir() {
-        p.canonicalize()
-            .ok()
-            .and_then(|c| c.file_name().map(|n| n.to_string_lossy().into_owned()))
-            .unwrap_or_else(|| spec.to_string())
-    } else {
-        spec.replace('/', "--")
-    };
-    base.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
 }
 
 /// What `built` wrote at build time: `DEPENDENCIES`, every package of the build's Cargo.lock.
@@ -104,19 +61,12 @@ pub fn config_json(
     fields
 }
 
+/// The context a study runs in: `device`, opened from `--device` `spec`, in this binary.
+pub fn context(device: &Device, spec: &str) -> RunContext {
+    RunContext::new(device.clone(), spec, build_info())
+}
+
 /// The device record of `info` and `embed` outputs ([`DeviceRecord`]).
 pub fn device_json(spec: &str, device: &Device) -> serde_json::Value {
     serde_json::to_value(DeviceRecord::new(spec, device)).unwrap_or_default()
-}
-
-/// A progress bar with items/s, drawn on stderr.
-pub fn progress(len: u64, what: &str) -> indicatif::ProgressBar {
-    let pb = indicatif::ProgressBar::new(len);
-    pb.set_style(
-        indicatif::ProgressStyle::with_template(&format!(
-            "{{spinner}} {what} [{{elapsed_precise}}] {{bar:30}} {{pos}}/{{len}} ({{per_sec}}, eta {{eta}})"
-        ))
-        .expect("valid template"),
-    );
-    pb
 }

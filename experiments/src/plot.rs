@@ -5,41 +5,7 @@ use bindscope_jer::Summary;
 use plotters::prelude::*;
 use std::path::Path;
 
-/// The tab10 palette's first eight colours, shared by every plot.
-pub(crate) const COLORS: [RGBColor; 8] = [
-    RGBColor(31, 119, 180),
-    RGBColor(255, 127, 14),
-    RGBColor(44, 160, 44),
-    RGBColor(214, 39, 40),
-    RGBColor(148, 103, 189),
-    RGBColor(140, 86, 75),
-    RGBColor(227, 119, 194),
-    RGBColor(127, 127, 127),
-];
-
-fn render(
-    path: &Path,
-    draw: impl FnOnce(&DrawingArea<SVGBackend, plotters::coord::Shift>) -> Result<()>,
-) -> Result<()> {
-    render_sized(path, (720, 480), draw)
-}
-
-/// Draws an SVG of `size` pixels with `draw` on a white canvas and writes it atomically.
-pub(crate) fn render_sized(
-    path: &Path,
-    size: (u32, u32),
-    draw: impl FnOnce(&DrawingArea<SVGBackend, plotters::coord::Shift>) -> Result<()>,
-) -> Result<()> {
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, size).into_drawing_area();
-        root.fill(&WHITE).map_err(|e| anyhow!("{e:?}"))?;
-        draw(&root)?;
-        root.present().map_err(|e| anyhow!("{e:?}"))?;
-    }
-    bindscope_core::fsutil::write_atomic(path, svg.as_bytes())?;
-    Ok(())
-}
+pub(crate) use bindscope_core::plot::{COLORS, render, render_sized};
 
 /// Mean normalized singular-value spectrum σ_i/σ_1 (log scale), one line per model.
 pub fn spectrum_svg(path: &Path, series: &[(String, Vec<f64>)]) -> Result<()> {

@@ -8,7 +8,10 @@
 //!   key and shape mismatch reported by name in one error;
 //! - [`fsutil`]: atomic writes (temp file + rename) so no run leaves a partial output;
 //! - [`run`]: run records — run directories chosen by identity, resume logs, provenance (one
-//!   schema), atomic JSON and CSV outputs;
+//!   schema), atomic JSON and CSV outputs, the [`RunContext`](run::RunContext) a study runs in,
+//!   progress bars;
+//! - [`options`]: the options several studies share (`Dtype`, `Normalize`);
+//! - [`plot`]: the SVG canvas and palette of every study's plots;
 //! - [`train`]: optimizers with PyTorch's defaults, best-validation selection, seeded batch
 //!   order;
 //! - [`rng`]: the seeded random streams every study draws from (and the studies' legacy
@@ -18,6 +21,8 @@ pub mod checkpoint;
 pub mod device;
 pub mod fsutil;
 pub mod load;
+pub mod options;
+pub mod plot;
 pub mod rng;
 pub mod run;
 pub mod train;

@@ -173,6 +173,31 @@ pub fn append_jsonl<T: Serialize>(path: &Path, record: &T) -> Result<(), RunErro
     fsutil::append_line(path, &line).map_err(io(format!("appending to {}", path.display())))
 }
 
+/// Where a run writes, as the user chose it (`--out`, `--fresh`): not part of the run's
+/// identity, since it changes no number.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Output {
+    /// The run directory; `None`: the newest matching run under [`runs_root`], or a new one.
+    pub dir: Option<PathBuf>,
+    /// Start a new run directory even if a matching one exists.
+    pub fresh: bool,
+}
+
+impl Output {
+    /// [`run_dir`] for a run of `study` named `name` with `identity`, in this output.
+    ///
+    /// # Errors
+    /// As [`run_dir`].
+    pub fn run_dir(
+        &self,
+        study: &str,
+        name: &str,
+        identity: &serde_json::Value,
+    ) -> Result<PathBuf, RunError> {
+        run_dir(study, name, self.dir.clone(), identity, self.fresh)
+    }
+}
+
 /// The run directory for a run with `identity`: `out` if given (empty, or holding a run with
 /// this identity), else the newest `runs/<study>/<name>-*` with this identity (unless `fresh`),
 /// else a new `runs/<study>/<name>-<timestamp>`. The identity is compared with the
@@ -384,6 +409,91 @@ impl Provenance {
             obj.extend(fields);
         }
     }
+}
+
+/// Where and how a study runs: the device (as requested and as opened) and the build facts
+/// of the program, which every `config.json` records ([`Provenance`]).
+///
+/// The binary builds one from `--device` and its build script; a study's `run` takes it
+/// beside the study's `Config`.
+#[derive(Debug, Clone)]
+pub struct RunContext {
+    /// The opened device.
+    pub device: burn::tensor::Device,
+    /// The device as the user wrote it (`--device` or `BURN_DEVICE`).
+    pub device_spec: String,
+    /// The program's build facts.
+    pub build: BuildInfo,
+}
+
+impl RunContext {
+    /// A context for `device`, opened from `device_spec`, in the program `build` describes.
+    pub fn new(device: burn::tensor::Device, device_spec: &str, build: BuildInfo) -> Self {
+        Self {
+            device,
+            device_spec: device_spec.to_string(),
+            build,
+        }
+    }
+
+    /// The device record of this run.
+    pub fn device_record(&self) -> DeviceRecord {
+        DeviceRecord::new(&self.device_spec, &self.device)
+    }
+
+    /// `fields` (a JSON object: study, identity, options) with the run's provenance added: the
+    /// one schema of every `config.json`.
+    pub fn config_json(&self, fields: serde_json::Value) -> serde_json::Value {
+        self.with_provenance(fields, true)
+    }
+
+    /// [`Self::config_json`] for a run that computes nothing on a device (no `device`
+    /// record).
+    pub fn config_json_no_device(&self, fields: serde_json::Value) -> serde_json::Value {
+        self.with_provenance(fields, false)
+    }
+
+    fn with_provenance(&self, mut fields: serde_json::Value, device: bool) -> serde_json::Value {
+        let device = device.then(|| self.device_record());
+        Provenance::new(&self.build, device).insert_into(&mut fields);
+        fields
+    }
+}
+
+/// A file-system-safe name for a model spec: a Hub id has its `/` replaced by `--`
+/// (`openai/clip-vit-base-patch32` → `openai--clip-vit-base-patch32`), a directory gives its
+/// last component; any other character outside `[A-Za-z0-9._-]` becomes `_`.
+pub fn slug(spec: &str) -> String {
+    let p = Path::new(spec);
+    let base = if p.is_dir() {
+        p.canonicalize()
+            .ok()
+            .and_then(|c| c.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .unwrap_or_else(|| spec.to_string())
+    } else {
+        spec.replace('/', "--")
+    };
+    base.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// A progress bar of `len` items named `what`, with items/s and an ETA, drawn on stderr.
+pub fn progress(len: u64, what: &str) -> indicatif::ProgressBar {
+    let pb = indicatif::ProgressBar::new(len);
+    pb.set_style(
+        indicatif::ProgressStyle::with_template(&format!(
+            "{{spinner}} {what} [{{elapsed_precise}}] {{bar:30}} {{pos}}/{{len}} ({{per_sec}}, eta {{eta}})"
+        ))
+        .expect("valid template"),
+    );
+    pb
 }
 
 #[cfg(test)]

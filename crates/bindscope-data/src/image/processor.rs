@@ -221,6 +221,25 @@ impl ImageProcessor {
         })
     }
 
+    /// The checkpoint's own processor, from its `preprocessor_config.json`: what
+    /// `--normalize model` reads (its `image_mean` / `image_std`, and its resize and crop).
+    ///
+    /// # Errors
+    /// [`ImageError::Config`] naming the checkpoint directory when it has no
+    /// `preprocessor_config.json`; otherwise as [`ImageProcessor::from_file`].
+    pub fn for_checkpoint(ckpt: &bindscope_core::Checkpoint) -> Result<Self, ImageError> {
+        match &ckpt.preprocessor_config {
+            Some(p) => Self::from_file(p),
+            None => Err(cfg_err(
+                None,
+                format!(
+                    "--normalize model: {} has no preprocessor_config.json",
+                    ckpt.dir().display()
+                ),
+            )),
+        }
+    }
+
     /// From a parsed config; `kind` overrides the `image_processor_type` field (required when
     /// the config has none).
     ///
