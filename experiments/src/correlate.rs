@@ -97,7 +97,7 @@ fn fmt(v: f64) -> String {
     }
 }
 
-pub fn run(args: CorrelateArgs) -> Result<()> {
+pub fn run(args: CorrelateArgs, _ctx: &bindscope_core::run::RunContext) -> Result<()> {
     let files = find_rows(&args.rows)?;
     if files.is_empty() {
         bail!("no row.json found under {:?}", args.rows);

@@ -92,6 +92,8 @@ fn main() {
             .map(|_| burn::tensor::Device::flex())
     };
     let result = opened.map_err(anyhow::Error::from).and_then(|device| {
+        // Where every study runs: the device and this binary's build facts.
+        let ctx = common::context(&device, &spec);
         let done = match cli.command {
             Command::Jer(a) => jer::run(a, &device, &spec),
             Command::Info(a) => info::run(a, &device, &spec),
@@ -102,7 +104,7 @@ fn main() {
             Command::Samediff(a) => binding::run_samediff_cmd(a, &device, &spec),
             Command::Geometry(a) => geometry::run(a, &device, &spec),
             Command::ProbeAll(a) => probe_all::run(a, &device, &spec),
-            Command::Correlate(a) => correlate::run(a),
+            Command::Correlate(a) => correlate::run(a, &ctx),
             Command::Saber(a) => saber::run(a, &device, &spec),
             Command::Devices => unreachable!("handled above"),
         };
