@@ -204,6 +204,57 @@ pub fn load_text(
     }
 }
 
+/// A model opened from a `--model` spec (a Hugging Face id or a local directory), with what a
+/// study records beside it: the resolved checkpoint files and the sha256 of its weights.
+pub struct Opened<M> {
+    /// The resolved checkpoint.
+    pub checkpoint: Checkpoint,
+    /// [`Checkpoint::weights_sha256`] of its weight files.
+    pub weights_sha256: String,
+    /// The loaded model.
+    pub model: M,
+}
+
+/// The load sequence of every study: resolve `spec`, hash its weights, load its vision
+/// encoder on `device`.
+///
+/// # Errors
+/// [`ModelError::Checkpoint`] when `spec` does not resolve or a weight file cannot be read;
+/// otherwise as [`load_vision`].
+pub fn open_vision(
+    spec: &str,
+    device: &Device,
+    opts: &LoadOptions,
+) -> Result<Opened<Box<dyn VisionEncoder>>, ModelError> {
+    let checkpoint = Checkpoint::resolve(spec)?;
+    let weights_sha256 = checkpoint.weights_sha256()?;
+    let model = load_vision(&checkpoint, device, opts)?;
+    Ok(Opened {
+        checkpoint,
+        weights_sha256,
+        model,
+    })
+}
+
+/// [`open_vision`] for the text encoder ([`load_text`]).
+///
+/// # Errors
+/// As [`open_vision`] and [`load_text`].
+pub fn open_text(
+    spec: &str,
+    device: &Device,
+    opts: &LoadOptions,
+) -> Result<Opened<Box<dyn TextEncoder>>, ModelError> {
+    let checkpoint = Checkpoint::resolve(spec)?;
+    let weights_sha256 = checkpoint.weights_sha256()?;
+    let model = load_text(&checkpoint, device, opts)?;
+    Ok(Opened {
+        checkpoint,
+        weights_sha256,
+        model,
+    })
+}
+
 /// Loads every tower the checkpoint has and returns `(tower, info)` pairs (`"vision"`,
 /// `"text"`), for `experiments info`.
 ///
