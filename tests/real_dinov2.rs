@@ -10,56 +10,14 @@
 //! [`real_input`] (the same formula in both languages, so the 600 KB input is not stored; a
 //! corner of it and its per-channel means are, to check that the two agree).
 
+#[path = "../models/tests/common/mod.rs"]
+mod common;
+
 use bindscope_core::{Checkpoint, LoadOptions};
 use bindscope_models::dinov2::Dinov2Model;
 use bindscope_models::{ForwardOptions, VisionEncoder, VisionReadout};
 use burn::prelude::*;
 use burn::tensor::TensorData;
-use std::path::PathBuf;
-
-/// The reference tensors, read from `tests/fixtures/real/dinov2_small_imgfocus.safetensors`.
-struct Reference(Vec<u8>);
-
-impl Reference {
-    fn open() -> Self {
-        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/real/dinov2_small_imgfocus.safetensors");
-        Self(std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
-    }
-
-    /// Asserts `actual` has the shape of reference `key` and `max |a − b| ≤ tol`; returns the error.
-    fn assert_close<const D: usize>(&self, key: &str, actual: Tensor<D>, tol: f32) -> f32 {
-        let st = safetensors::SafeTensors::deserialize(&self.0).expect("valid safetensors");
-        let t = st
-            .tensor(key)
-            .unwrap_or_else(|_| panic!("no tensor '{key}' in the reference"));
-        assert_eq!(t.dtype(), safetensors::Dtype::F32, "{key}");
-        assert_eq!(actual.dims().to_vec(), t.shape().to_vec(), "shape of {key}");
-        let expected: Vec<f32> = t
-            .data()
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect();
-        let got: Vec<f32> = actual
-            .into_data()
-            .convert::<f32>()
-            .try_into_vec::<f32>()
-            .unwrap();
-        let err = got
-            .iter()
-            .zip(&expected)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0f32, f32::max);
-        let scale = expected.iter().map(|v| v.abs()).fold(0f32, f32::max);
-        println!("{key}: max abs error {err:.3e} (max |reference| {scale:.3})");
-        assert!(
-            got.iter().all(|v| v.is_finite()),
-            "{key}: non-finite output"
-        );
-        assert!(err <= tol, "{key}: max abs error {err:e} > {tol:e}");
-        err
-    }
-}
 
 /// `x[c, i, j] = 2·sin(0.05·(c+1)·i + 0.03·j) · cos(0.02·i − 0.07·(c+1)·j + c)` in f64, rounded
 /// to f32: `[1, 3, 224, 224]`, values in [-2, 2] like normalized pixels.
@@ -100,7 +58,10 @@ fn real_dinov2_small_matches_transformers() {
         Checkpoint::from_dir("dinov2-small-imgfocus", &model_dir).unwrap_or_else(|e| panic!("{e}"));
     let model = Dinov2Model::load(&ckpt, &device, &LoadOptions::default())
         .unwrap_or_else(|e| panic!("{e}"));
-    let r = Reference::open();
+    let r = common::Reference::from_file(
+        &common::fixture("real").join("dinov2_small_imgfocus.safetensors"),
+        "real dinov2-small",
+    );
 
     let x = real_input(&device);
     let [n, c, _, _] = x.dims();

@@ -5,81 +5,31 @@
 
 mod common;
 
-use bindscope_core::{Checkpoint, LoadOptions};
+use bindscope_core::LoadOptions;
 use bindscope_models::bert::{BertModel, TASK_HEADS};
 use bindscope_models::{ForwardOptions, ModelError, TextEncoder};
-use burn::prelude::*;
-use common::{Reference, fixture};
-use std::path::PathBuf;
+use common::{Reference, checkpoint, device, fixture, scratch_config};
 
 const TOL: f32 = 1e-4;
 
-fn device() -> Device {
-    bindscope_core::device::test_device()
-}
-
 fn load(dir: &std::path::Path, opts: &LoadOptions) -> Result<BertModel, ModelError> {
-    let ckpt = Checkpoint::from_dir(&dir.display().to_string(), dir).expect("fixture checkpoint");
-    BertModel::load(&ckpt, &device(), opts)
-}
-
-fn inputs(r: &Reference) -> (Tensor<2, Int>, Tensor<2, Int>) {
-    (
-        r.int_tensor::<2>("input_ids", &device()),
-        r.int_tensor::<2>("attention_mask", &device()),
-    )
-}
-
-/// A scratch directory holding a copy of the fixture with `config.json` edited by `edit`.
-fn scratch_with_config(tag: &str, edit: impl FnOnce(&mut serde_json::Value)) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "bindscope-parity-bert-{}-{tag}",
-        std::process::id()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::copy(
-        fixture("bert").join("model.safetensors"),
-        dir.join("model.safetensors"),
-    )
-    .unwrap();
-    let mut cfg: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(fixture("bert").join("config.json")).unwrap(),
-    )
-    .unwrap();
-    edit(&mut cfg);
-    std::fs::write(
-        dir.join("config.json"),
-        serde_json::to_string(&cfg).unwrap(),
-    )
-    .unwrap();
-    dir
+    BertModel::load(&checkpoint(dir), &device(), opts)
 }
 
 #[test]
 fn hidden_states_attentions_and_pooler_match_pytorch() {
     let r = Reference::open("bert");
     let model = load(&fixture("bert"), &LoadOptions::default()).unwrap();
-    let (ids, mask) = inputs(&r);
+    let (ids, mask) = r.text_inputs(&device());
     let out = model.forward(ids, mask, None, ForwardOptions::all());
-    let hidden = out.hidden_states.expect("hidden states");
-    let attn = out.attentions.expect("attentions");
-    assert_eq!(hidden.len(), 3, "embeddings + 2 blocks");
-    assert_eq!(attn.len(), 2);
-    for (i, h) in hidden.into_iter().enumerate() {
-        r.assert_close(&format!("text.hidden_states.{i}"), h, TOL);
-    }
-    for (i, a) in attn.into_iter().enumerate() {
-        r.assert_close(&format!("text.attentions.{i}"), a, TOL);
-    }
-    r.assert_close("text.last_hidden_state", out.last_hidden_state, TOL);
-    r.assert_close("text.pooler_output", out.pooler_output, TOL);
+    r.assert_encoder_output("text", &out, 2, true, TOL);
 }
 
 #[test]
 fn fused_attention_path_matches_pytorch() {
     let r = Reference::open("bert");
     let model = load(&fixture("bert"), &LoadOptions::default()).unwrap();
-    let (ids, mask) = inputs(&r);
+    let (ids, mask) = r.text_inputs(&device());
     let out = model.forward_text(ids, mask, ForwardOptions::default());
     assert!(out.hidden_states.is_none() && out.attentions.is_none());
     r.assert_close("text.last_hidden_state", out.last_hidden_state, TOL);
@@ -90,7 +40,7 @@ fn fused_attention_path_matches_pytorch() {
 fn sentence_embedding_is_mean_pooled_and_normalized_as_sentence_transformers() {
     let r = Reference::open("bert");
     let model = load(&fixture("bert"), &LoadOptions::default()).unwrap();
-    let (ids, mask) = inputs(&r);
+    let (ids, mask) = r.text_inputs(&device());
     r.assert_close(
         "sentence_embedding",
         model.sentence_embedding(ids.clone(), mask.clone()),
@@ -104,7 +54,7 @@ fn sentence_embedding_is_mean_pooled_and_normalized_as_sentence_transformers() {
 fn token_type_ids_are_used() {
     let r = Reference::open("bert");
     let model = load(&fixture("bert"), &LoadOptions::default()).unwrap();
-    let (ids, mask) = inputs(&r);
+    let (ids, mask) = r.text_inputs(&device());
     let tt = r.int_tensor::<2>("token_type_ids", &device());
     let out = model.forward(ids, mask, Some(tt), ForwardOptions::default());
     r.assert_close("tt.last_hidden_state", out.last_hidden_state, TOL);
@@ -128,7 +78,7 @@ fn masked_lm_checkpoint_reports_its_head_unless_task_heads_are_ignored() {
     let model = load(&dir, &opts).unwrap();
     assert!(model.pooler.is_none(), "BertForMaskedLM has no pooler");
     let r = Reference::open("bert");
-    let (ids, mask) = inputs(&r);
+    let (ids, mask) = r.text_inputs(&device());
     let out = model.forward(ids.clone(), mask.clone(), None, ForwardOptions::default());
     // Without a pooler, pooler_output is the CLS hidden state.
     let [n, _, d] = out.last_hidden_state.dims();
@@ -149,7 +99,7 @@ fn masked_lm_checkpoint_reports_its_head_unless_task_heads_are_ignored() {
 
 #[test]
 fn config_weight_mismatch_lists_missing_keys() {
-    let dir = scratch_with_config("layers", |c| c["num_hidden_layers"] = 3.into());
+    let dir = scratch_config("bert", "layers", |c| c["num_hidden_layers"] = 3.into());
     let err = load(&dir, &LoadOptions::default()).unwrap_err().to_string();
     std::fs::remove_dir_all(&dir).ok();
     assert!(err.contains("missing key: encoder.layer.2."), "{err}");
@@ -158,7 +108,7 @@ fn config_weight_mismatch_lists_missing_keys() {
 
 #[test]
 fn unsupported_activation_is_an_error_naming_the_config() {
-    let dir = scratch_with_config("act", |c| c["hidden_act"] = "mish".into());
+    let dir = scratch_config("bert", "act", |c| c["hidden_act"] = "mish".into());
     let err = load(&dir, &LoadOptions::default()).unwrap_err();
     std::fs::remove_dir_all(&dir).ok();
     assert!(matches!(err, ModelError::Unsupported { .. }), "{err}");

@@ -7,63 +7,17 @@
 
 mod common;
 
-use bindscope_core::{Checkpoint, LoadOptions};
+use bindscope_core::LoadOptions;
 use bindscope_models::clip::{ClipModel, ClipTextModel, ClipVisionModel, EosPooling};
 use bindscope_models::{ForwardOptions, ModelError, TextEncoder, VisionEncoder, VisionReadout};
 use burn::prelude::*;
-use common::{Reference, fixture};
-use std::path::{Path, PathBuf};
+use common::{Reference, checkpoint, device, fixture, max_abs_diff, scratch};
+use std::path::Path;
 
 const TOL: f32 = 1e-4;
 
-fn device() -> Device {
-    bindscope_core::device::test_device()
-}
-
-fn ckpt(dir: &Path) -> Checkpoint {
-    Checkpoint::from_dir(&dir.display().to_string(), dir).expect("fixture checkpoint")
-}
-
 fn load(dir: &Path) -> Result<ClipModel, ModelError> {
-    ClipModel::load(&ckpt(dir), &device(), &LoadOptions::default())
-}
-
-fn text_inputs(r: &Reference) -> (Tensor<2, Int>, Tensor<2, Int>) {
-    (
-        r.int_tensor::<2>("input_ids", &device()),
-        r.int_tensor::<2>("attention_mask", &device()),
-    )
-}
-
-/// A scratch copy of fixture `name` with `config.json` edited by `edit` and the weights
-/// rewritten by `weights` (key → keep?).
-fn scratch(
-    name: &str,
-    tag: &str,
-    edit: impl FnOnce(&mut serde_json::Value),
-    keep: impl Fn(&str) -> bool,
-) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "bindscope-parity-clip-{}-{tag}",
-        std::process::id()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    let bytes = std::fs::read(fixture(name).join("model.safetensors")).unwrap();
-    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-    let kept: Vec<(String, safetensors::tensor::TensorView<'_>)> =
-        st.tensors().into_iter().filter(|(k, _)| keep(k)).collect();
-    let out = safetensors::serialize(kept, None).unwrap();
-    std::fs::write(dir.join("model.safetensors"), out).unwrap();
-    let mut cfg: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(fixture(name).join("config.json")).unwrap())
-            .unwrap();
-    edit(&mut cfg);
-    std::fs::write(
-        dir.join("config.json"),
-        serde_json::to_string(&cfg).unwrap(),
-    )
-    .unwrap();
-    dir
+    ClipModel::load(&checkpoint(dir), &device(), &LoadOptions::default())
 }
 
 fn positions(r: &Reference, key: &str) -> Vec<usize> {
@@ -82,27 +36,13 @@ fn rows_at(x: Tensor<3>, pos: &[usize]) -> Tensor<2> {
         .select(0, Tensor::<1, Int>::from_ints(idx.as_slice(), &device()))
 }
 
-fn max_abs_diff<const D: usize>(a: Tensor<D>, b: Tensor<D>) -> f32 {
-    (a - b).abs().max().into_scalar::<f32>()
-}
-
 #[test]
 fn vision_tower_matches_pytorch() {
     let r = Reference::open("clip");
     let model = load(&fixture("clip")).unwrap();
     let px = r.tensor::<4>("pixel_values", &device());
     let out = model.forward_vision(px.clone(), ForwardOptions::all());
-    let hidden = out.hidden_states.expect("hidden states");
-    let attn = out.attentions.expect("attentions");
-    assert_eq!((hidden.len(), attn.len()), (3, 2), "embeddings + 2 blocks");
-    for (i, h) in hidden.into_iter().enumerate() {
-        r.assert_close(&format!("vision.hidden_states.{i}"), h, TOL);
-    }
-    for (i, a) in attn.into_iter().enumerate() {
-        r.assert_close(&format!("vision.attentions.{i}"), a, TOL);
-    }
-    r.assert_close("vision.last_hidden_state", out.last_hidden_state, TOL);
-    r.assert_close("vision.pooler_output", out.pooler_output, TOL);
+    r.assert_encoder_output("vision", &out, 2, true, TOL);
     r.assert_close("image_embeds", model.image_embeds(px.clone()), TOL);
 
     // Fused attention path (no probabilities requested).
@@ -116,19 +56,9 @@ fn vision_tower_matches_pytorch() {
 fn text_tower_matches_pytorch() {
     let r = Reference::open("clip");
     let model = load(&fixture("clip")).unwrap();
-    let (ids, mask) = text_inputs(&r);
+    let (ids, mask) = r.text_inputs(&device());
     let out = model.forward_text(ids.clone(), mask.clone(), ForwardOptions::all());
-    let hidden = out.hidden_states.expect("hidden states");
-    let attn = out.attentions.expect("attentions");
-    assert_eq!((hidden.len(), attn.len()), (3, 2));
-    for (i, h) in hidden.into_iter().enumerate() {
-        r.assert_close(&format!("text.hidden_states.{i}"), h, TOL);
-    }
-    for (i, a) in attn.into_iter().enumerate() {
-        r.assert_close(&format!("text.attentions.{i}"), a, TOL);
-    }
-    r.assert_close("text.last_hidden_state", out.last_hidden_state, TOL);
-    r.assert_close("text.pooler_output", out.pooler_output, TOL);
+    r.assert_encoder_output("text", &out, 2, true, TOL);
     r.assert_close(
         "text_embeds",
         model.text_embeds(ids.clone(), mask.clone()),
@@ -196,7 +126,7 @@ fn eos_pooling_rule_comes_from_the_config() {
     );
     let legacy = load(&dir).unwrap();
     assert_eq!(legacy.text_model.eos_pooling(), EosPooling::ArgmaxId);
-    let (ids, mask) = text_inputs(&r);
+    let (ids, mask) = r.text_inputs(&device());
     let out = legacy.forward_text(ids, mask, ForwardOptions::default());
     r.assert_close("text.last_hidden_state", out.last_hidden_state.clone(), TOL);
     let expected = rows_at(r.tensor::<3>("text.last_hidden_state", &device()), &argmax);
@@ -222,7 +152,7 @@ fn legacy_eos_fixture_pools_at_argmax() {
     // token 2 occurs earlier than the largest id in both rows.
     let r = Reference::open("clip_legacy_eos");
     let model = ClipTextModel::load(
-        &ckpt(&fixture("clip_legacy_eos")),
+        &checkpoint(&fixture("clip_legacy_eos")),
         &device(),
         &LoadOptions::default(),
     )
@@ -237,7 +167,7 @@ fn legacy_eos_fixture_pools_at_argmax() {
     let ids: Vec<i64> = r.i64("input_ids").1;
     assert_eq!(model.text_model.eos_pooling().positions(&ids, 8), argmax);
 
-    let (ids, mask) = text_inputs(&r);
+    let (ids, mask) = r.text_inputs(&device());
     let out = model.forward_text(ids.clone(), mask.clone(), ForwardOptions::all());
     for (i, h) in out.hidden_states.unwrap().into_iter().enumerate() {
         r.assert_close(&format!("text.hidden_states.{i}"), h, TOL);
@@ -258,7 +188,7 @@ fn legacy_eos_fixture_pools_at_argmax() {
 #[test]
 fn towers_load_alone_and_read_out_any_depth() {
     let r = Reference::open("clip");
-    let c = ckpt(&fixture("clip"));
+    let c = checkpoint(&fixture("clip"));
     let vision = ClipVisionModel::load(&c, &device(), &LoadOptions::default()).unwrap();
     let text = ClipTextModel::load(&c, &device(), &LoadOptions::default()).unwrap();
     let px = r.tensor::<4>("pixel_values", &device());
@@ -319,7 +249,7 @@ fn towers_load_alone_and_read_out_any_depth() {
         (32, 16, 2, 8)
     );
 
-    let (ids, mask) = text_inputs(&r);
+    let (ids, mask) = r.text_inputs(&device());
     r.assert_close("text_embeds", text.embed_text(ids, mask), TOL);
     assert_eq!(TextEncoder::info(&text).embed_dim, 16);
 
@@ -368,12 +298,12 @@ fn missing_key_is_named() {
     );
     assert!(err.contains("missing"), "{err}");
     // The text tower alone does not need it.
-    assert!(ClipTextModel::load(&ckpt(&dir), &device(), &LoadOptions::default()).is_ok());
+    assert!(ClipTextModel::load(&checkpoint(&dir), &device(), &LoadOptions::default()).is_ok());
     std::fs::remove_dir_all(&dir).ok();
 
     let key = "text_model.encoder.layers.1.mlp.fc2.weight";
     let dir = scratch("clip", "missing-text", |_| {}, |k| k != key);
-    let err = ClipTextModel::load(&ckpt(&dir), &device(), &LoadOptions::default())
+    let err = ClipTextModel::load(&checkpoint(&dir), &device(), &LoadOptions::default())
         .unwrap_err()
         .to_string();
     assert!(err.contains(key), "{err}");

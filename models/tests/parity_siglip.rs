@@ -8,70 +8,16 @@
 
 mod common;
 
-use bindscope_core::{Checkpoint, LoadOptions};
+use bindscope_core::LoadOptions;
 use bindscope_models::siglip::{SiglipModel, SiglipTextModel, SiglipVisionModel};
 use bindscope_models::{ForwardOptions, ModelError, TextEncoder, VisionEncoder, VisionReadout};
-use burn::prelude::*;
-use common::{Reference, fixture};
-use std::path::{Path, PathBuf};
+use common::{Reference, checkpoint, device, fixture, max_abs_diff, scratch};
+use std::path::Path;
 
 const TOL: f32 = 1e-4;
 
-fn device() -> Device {
-    bindscope_core::device::test_device()
-}
-
-fn ckpt(dir: &Path) -> Checkpoint {
-    Checkpoint::from_dir(&dir.display().to_string(), dir).expect("fixture checkpoint")
-}
-
 fn load(dir: &Path) -> Result<SiglipModel, ModelError> {
-    SiglipModel::load(&ckpt(dir), &device(), &LoadOptions::default())
-}
-
-fn text_inputs(r: &Reference) -> (Tensor<2, Int>, Tensor<2, Int>) {
-    (
-        r.int_tensor::<2>("input_ids", &device()),
-        r.int_tensor::<2>("attention_mask", &device()),
-    )
-}
-
-/// A scratch copy of the fixture with `config.json` edited by `edit` and only the weights for
-/// which `keep` holds.
-fn scratch(
-    tag: &str,
-    edit: impl FnOnce(&mut serde_json::Value),
-    keep: impl Fn(&str) -> bool,
-) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "bindscope-parity-siglip-{}-{tag}",
-        std::process::id()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    let bytes = std::fs::read(fixture("siglip").join("model.safetensors")).unwrap();
-    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-    let kept: Vec<(String, safetensors::tensor::TensorView<'_>)> =
-        st.tensors().into_iter().filter(|(k, _)| keep(k)).collect();
-    std::fs::write(
-        dir.join("model.safetensors"),
-        safetensors::serialize(kept, None).unwrap(),
-    )
-    .unwrap();
-    let mut cfg: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(fixture("siglip").join("config.json")).unwrap(),
-    )
-    .unwrap();
-    edit(&mut cfg);
-    std::fs::write(
-        dir.join("config.json"),
-        serde_json::to_string(&cfg).unwrap(),
-    )
-    .unwrap();
-    dir
-}
-
-fn max_abs_diff<const D: usize>(a: Tensor<D>, b: Tensor<D>) -> f32 {
-    (a - b).abs().max().into_scalar::<f32>()
+    SiglipModel::load(&checkpoint(dir), &device(), &LoadOptions::default())
 }
 
 #[test]
@@ -80,17 +26,7 @@ fn vision_tower_matches_pytorch() {
     let model = load(&fixture("siglip")).unwrap();
     let px = r.tensor::<4>("pixel_values", &device());
     let out = model.forward_vision(px.clone(), ForwardOptions::all());
-    let hidden = out.hidden_states.expect("hidden states");
-    let attn = out.attentions.expect("attentions");
-    assert_eq!((hidden.len(), attn.len()), (3, 2), "embeddings + 2 blocks");
-    for (i, h) in hidden.into_iter().enumerate() {
-        r.assert_close(&format!("vision.hidden_states.{i}"), h, TOL);
-    }
-    for (i, a) in attn.into_iter().enumerate() {
-        r.assert_close(&format!("vision.attentions.{i}"), a, TOL);
-    }
-    r.assert_close("vision.last_hidden_state", out.last_hidden_state, TOL);
-    r.assert_close("vision.pooler_output", out.pooler_output, TOL);
+    r.assert_encoder_output("vision", &out, 2, true, TOL);
     r.assert_close("image_embeds", model.image_embeds(px.clone()), TOL);
 
     let fused = model.forward_vision(px, ForwardOptions::default());
@@ -103,19 +39,9 @@ fn vision_tower_matches_pytorch() {
 fn text_tower_without_mask_matches_pytorch() {
     let r = Reference::open("siglip");
     let model = load(&fixture("siglip")).unwrap();
-    let (ids, _) = text_inputs(&r);
+    let (ids, _) = r.text_inputs(&device());
     let out = model.forward_text(ids.clone(), None, ForwardOptions::all());
-    let hidden = out.hidden_states.expect("hidden states");
-    let attn = out.attentions.expect("attentions");
-    assert_eq!((hidden.len(), attn.len()), (3, 2));
-    for (i, h) in hidden.into_iter().enumerate() {
-        r.assert_close(&format!("text.hidden_states.{i}"), h, TOL);
-    }
-    for (i, a) in attn.into_iter().enumerate() {
-        r.assert_close(&format!("text.attentions.{i}"), a, TOL);
-    }
-    r.assert_close("text.last_hidden_state", out.last_hidden_state, TOL);
-    r.assert_close("text.pooler_output", out.pooler_output, TOL);
+    r.assert_encoder_output("text", &out, 2, true, TOL);
     r.assert_close("text_embeds", model.text_embeds(ids.clone(), None), TOL);
 
     let fused = model.forward_text(ids, None, ForwardOptions::default());
@@ -127,7 +53,7 @@ fn text_tower_without_mask_matches_pytorch() {
 fn text_tower_with_mask_matches_pytorch() {
     let r = Reference::open("siglip");
     let model = load(&fixture("siglip")).unwrap();
-    let (ids, mask) = text_inputs(&r);
+    let (ids, mask) = r.text_inputs(&device());
     let out = model.forward_text(ids.clone(), Some(mask.clone()), ForwardOptions::all());
     for (i, a) in out.attentions.unwrap().into_iter().enumerate() {
         r.assert_close(&format!("text_masked.attentions.{i}"), a, TOL);
@@ -141,10 +67,10 @@ fn text_tower_with_mask_matches_pytorch() {
 #[test]
 fn text_encoder_ignores_the_mask_unless_asked() {
     let r = Reference::open("siglip");
-    let c = ckpt(&fixture("siglip"));
+    let c = checkpoint(&fixture("siglip"));
     let text = SiglipTextModel::load(&c, &device(), &LoadOptions::default()).unwrap();
     assert!(!text.apply_attention_mask);
-    let (ids, mask) = text_inputs(&r);
+    let (ids, mask) = r.text_inputs(&device());
     r.assert_close(
         "text_embeds",
         text.embed_text(ids.clone(), mask.clone()),
@@ -203,7 +129,7 @@ fn position_embeddings_are_interpolated_bicubically() {
 #[test]
 fn vision_tower_loads_alone_and_reads_out_any_depth() {
     let r = Reference::open("siglip");
-    let c = ckpt(&fixture("siglip"));
+    let c = checkpoint(&fixture("siglip"));
     let vision = SiglipVisionModel::load(&c, &device(), &LoadOptions::default()).unwrap();
     let px = r.tensor::<4>("pixel_values", &device());
     r.assert_close(
@@ -261,7 +187,7 @@ fn vision_tower_loads_alone_and_reads_out_any_depth() {
         ),
         TOL,
     );
-    let (ids, mask) = text_inputs(&r);
+    let (ids, mask) = r.text_inputs(&device());
     r.assert_close("text_embeds", t2.embed_text(ids, mask), TOL);
 }
 
@@ -276,19 +202,19 @@ fn logit_scale_and_bias_are_read() {
 #[test]
 fn missing_key_is_named() {
     let key = "vision_model.head.attention.in_proj_weight";
-    let dir = scratch("missing", |_| {}, |k| k != key);
+    let dir = scratch("siglip", "missing", |_| {}, |k| k != key);
     let err = load(&dir).unwrap_err().to_string();
     assert!(err.contains(key) && err.contains("missing"), "{err}");
     // The text tower alone does not need it.
-    assert!(SiglipTextModel::load(&ckpt(&dir), &device(), &LoadOptions::default()).is_ok());
-    let err = SiglipVisionModel::load(&ckpt(&dir), &device(), &LoadOptions::default())
+    assert!(SiglipTextModel::load(&checkpoint(&dir), &device(), &LoadOptions::default()).is_ok());
+    let err = SiglipVisionModel::load(&checkpoint(&dir), &device(), &LoadOptions::default())
         .unwrap_err()
         .to_string();
     assert!(err.contains(key), "{err}");
     std::fs::remove_dir_all(&dir).ok();
 
     let key = "text_model.head.bias";
-    let dir = scratch("missing-text", |_| {}, |k| k != key);
+    let dir = scratch("siglip", "missing-text", |_| {}, |k| k != key);
     let err = load(&dir).unwrap_err().to_string();
     assert!(err.contains(key), "{err}");
     std::fs::remove_dir_all(&dir).ok();
@@ -297,6 +223,7 @@ fn missing_key_is_named() {
 #[test]
 fn bad_configs_are_reported() {
     let dir = scratch(
+        "siglip",
         "act",
         |c| c["text_config"]["hidden_act"] = "mish".into(),
         |_| true,
@@ -309,6 +236,7 @@ fn bad_configs_are_reported() {
     std::fs::remove_dir_all(&dir).ok();
 
     let dir = scratch(
+        "siglip",
         "nohead",
         |c| c["vision_config"]["vision_use_head"] = false.into(),
         |_| true,
@@ -319,6 +247,7 @@ fn bad_configs_are_reported() {
 
     // projection_size disagreeing with the weights: a named shape mismatch.
     let dir = scratch(
+        "siglip",
         "proj",
         |c| c["text_config"]["projection_size"] = 16.into(),
         |_| true,

@@ -11,70 +11,21 @@ use bindscope_core::{Checkpoint, LoadOptions};
 use bindscope_models::dinov2::Dinov2Model;
 use bindscope_models::vit::ViTModel;
 use bindscope_models::vit_mae::ViTMAEModel;
-use bindscope_models::{EncoderOutput, ForwardOptions, ModelError, VisionEncoder, VisionReadout};
+use bindscope_models::{ForwardOptions, ModelError, VisionEncoder, VisionReadout};
 use burn::prelude::*;
-use common::{Reference, fixture};
+use common::{Reference, checkpoint, device, fixture, max_abs_diff, scratch_config};
 
 const TOL: f32 = 1e-4;
 
-fn device() -> Device {
-    bindscope_core::device::test_device()
-}
-
 fn ckpt(name: &str) -> Checkpoint {
-    Checkpoint::from_dir(name, &fixture(name)).expect("fixture checkpoint")
-}
-
-/// Max abs error against the reference, printed (run with `--nocapture` to see it), then the
-/// strict comparison.
-fn check<const D: usize>(r: &Reference, key: &str, t: Tensor<D>) {
-    let (_, expected) = r.f32(key);
-    let got: Vec<f32> = t
-        .clone()
-        .into_data()
-        .convert::<f32>()
-        .try_into_vec::<f32>()
-        .unwrap();
-    let err = got
-        .iter()
-        .zip(&expected)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0f32, f32::max);
-    println!("{}: {key}: max abs error {err:.3e}", r.name);
-    r.assert_close(key, t, TOL);
-}
-
-/// Checks every tensor of a full forward (`ForwardOptions::all()`) under `prefix`.
-fn check_full(r: &Reference, prefix: &str, out: &EncoderOutput, layers: usize, pooled: bool) {
-    let hs = out.hidden_states.as_ref().expect("hidden states");
-    let at = out.attentions.as_ref().expect("attentions");
-    assert_eq!(hs.len(), layers + 1, "{}: number of hidden states", r.name);
-    assert_eq!(at.len(), layers, "{}: number of attention maps", r.name);
-    for (i, h) in hs.iter().enumerate() {
-        check(r, &format!("{prefix}.hidden_states.{i}"), h.clone());
-    }
-    for (i, a) in at.iter().enumerate() {
-        check(r, &format!("{prefix}.attentions.{i}"), a.clone());
-    }
-    check(
-        r,
-        &format!("{prefix}.last_hidden_state"),
-        out.last_hidden_state.clone(),
-    );
-    if pooled {
-        check(
-            r,
-            &format!("{prefix}.pooler_output"),
-            out.pooler_output.clone(),
-        );
-    }
+    checkpoint(&fixture(name))
 }
 
 /// The fused-attention path (no probabilities requested) gives the same output.
 fn check_fused(r: &Reference, model: &dyn VisionEncoder, pixels: Tensor<4>) {
     let out = model.forward_vision(pixels, ForwardOptions::default());
     assert!(out.hidden_states.is_none() && out.attentions.is_none());
-    check(r, "vision.last_hidden_state", out.last_hidden_state);
+    r.assert_close("vision.last_hidden_state", out.last_hidden_state, TOL);
 }
 
 /// `[N, T, D]` reference → token `i` / mean of tokens `from..`.
@@ -90,10 +41,6 @@ fn ref_mean_from(r: &Reference, key: &str, from: usize) -> Tensor<2> {
     t.slice([0..n, from..tt, 0..d]).mean_dim(1).reshape([n, d])
 }
 
-fn max_diff(a: Tensor<2>, b: Tensor<2>) -> f32 {
-    (a - b).abs().max().into_scalar::<f32>()
-}
-
 // ---------------------------------------------------------------------------------------------
 // ViT
 // ---------------------------------------------------------------------------------------------
@@ -105,24 +52,24 @@ fn vit_matches_transformers() {
     let model = ViTModel::load(&ckpt("vit"), &d, &LoadOptions::default()).unwrap();
     assert!(model.pooler.is_some(), "the fixture has pooler.dense");
     let out = model.forward(r.tensor("pixel_values", &d), ForwardOptions::all());
-    check_full(&r, "vision", &out, 2, true);
+    r.assert_encoder_output("vision", &out, 2, true, TOL);
     check_fused(&r, &model, r.tensor("pixel_values", &d));
 
     // Readout on the last hidden state (before the final norm) reproduces the outputs.
     let last = out.hidden_states.unwrap().pop().unwrap();
-    check(
-        &r,
+    r.assert_close(
         "vision.pooler_output",
         model.readout(last.clone(), VisionReadout::Pooled),
+        TOL,
     );
     let cls = model.readout(last.clone(), VisionReadout::Summary);
-    assert!(max_diff(cls, ref_token(&r, "vision.last_hidden_state", 0)) <= TOL);
+    assert!(max_abs_diff(cls, ref_token(&r, "vision.last_hidden_state", 0)) <= TOL);
     let mean = model.readout(last, VisionReadout::MeanPatch);
-    assert!(max_diff(mean, ref_mean_from(&r, "vision.last_hidden_state", 1)) <= TOL);
-    check(
-        &r,
+    assert!(max_abs_diff(mean, ref_mean_from(&r, "vision.last_hidden_state", 1)) <= TOL);
+    r.assert_close(
         "vision.pooler_output",
         model.embed(r.tensor("pixel_values", &d), VisionReadout::Pooled),
+        TOL,
     );
 }
 
@@ -138,13 +85,17 @@ fn vit_interpolates_position_embeddings() {
             output_attentions: false,
         },
     );
-    check(
-        &r,
+    r.assert_close(
         "interp.vision.hidden_states.0",
         out.hidden_states.unwrap()[0].clone(),
+        TOL,
     );
-    check(&r, "interp.vision.last_hidden_state", out.last_hidden_state);
-    check(&r, "interp.vision.pooler_output", out.pooler_output);
+    r.assert_close(
+        "interp.vision.last_hidden_state",
+        out.last_hidden_state,
+        TOL,
+    );
+    r.assert_close("interp.vision.pooler_output", out.pooler_output, TOL);
 }
 
 #[test]
@@ -155,15 +106,15 @@ fn vit_classification_checkpoint_loads_without_pooler() {
     let model = ViTModel::load(&ckpt("vit/cls"), &d, &LoadOptions::default()).unwrap();
     assert!(model.pooler.is_none());
     let out = model.forward(r.tensor("pixel_values", &d), ForwardOptions::all());
-    check(&r, "vision.last_hidden_state", out.last_hidden_state);
-    check(
-        &r,
+    r.assert_close("vision.last_hidden_state", out.last_hidden_state, TOL);
+    r.assert_close(
         "vision.attentions.1",
         out.attentions.unwrap()[1].clone(),
+        TOL,
     );
     // Without a pooler, pooler_output is the normalized CLS token.
     assert!(
-        max_diff(
+        max_abs_diff(
             out.pooler_output,
             ref_token(&r, "vision.last_hidden_state", 0)
         ) <= TOL
@@ -180,23 +131,23 @@ fn dinov2_case(name: &str, registers: usize) {
     let model = Dinov2Model::load(&ckpt(name), &d, &LoadOptions::default()).unwrap();
     assert_eq!(model.num_prefix_tokens(), 1 + registers);
     let out = model.forward(r.tensor("pixel_values", &d), ForwardOptions::all());
-    check_full(&r, "vision", &out, 2, true);
+    r.assert_encoder_output("vision", &out, 2, true, TOL);
     check_fused(&r, &model, r.tensor("pixel_values", &d));
 
     let last = out.hidden_states.unwrap().pop().unwrap();
-    check(
-        &r,
+    r.assert_close(
         "vision.pooler_output",
         model.readout(last.clone(), VisionReadout::Pooled),
+        TOL,
     );
-    check(
-        &r,
+    r.assert_close(
         "vision.pooler_output",
         model.readout(last.clone(), VisionReadout::Summary),
+        TOL,
     );
     let mean = model.readout(last, VisionReadout::MeanPatch);
     assert!(
-        max_diff(
+        max_abs_diff(
             mean,
             ref_mean_from(&r, "vision.last_hidden_state", 1 + registers)
         ) <= TOL
@@ -210,13 +161,17 @@ fn dinov2_case(name: &str, registers: usize) {
             output_attentions: false,
         },
     );
-    check(
-        &r,
+    r.assert_close(
         "interp.vision.hidden_states.0",
         out.hidden_states.unwrap()[0].clone(),
+        TOL,
     );
-    check(&r, "interp.vision.last_hidden_state", out.last_hidden_state);
-    check(&r, "interp.vision.pooler_output", out.pooler_output);
+    r.assert_close(
+        "interp.vision.last_hidden_state",
+        out.last_hidden_state,
+        TOL,
+    );
+    r.assert_close("interp.vision.pooler_output", out.pooler_output, TOL);
 }
 
 #[test]
@@ -239,23 +194,23 @@ fn vit_mae_matches_transformers() {
     let r = Reference::open("vit_mae");
     let model = ViTMAEModel::load(&ckpt("vit_mae"), &d, &LoadOptions::default()).unwrap();
     let out = model.forward(r.tensor("pixel_values", &d), ForwardOptions::all());
-    check_full(&r, "vision", &out, 2, false);
-    check(&r, "vision.mean_patch", out.pooler_output.clone());
+    r.assert_encoder_output("vision", &out, 2, false, TOL);
+    r.assert_close("vision.mean_patch", out.pooler_output.clone(), TOL);
     check_fused(&r, &model, r.tensor("pixel_values", &d));
 
     let last = out.hidden_states.unwrap().pop().unwrap();
-    check(
-        &r,
+    r.assert_close(
         "vision.mean_patch",
         model.readout(last.clone(), VisionReadout::Pooled),
+        TOL,
     );
-    check(
-        &r,
+    r.assert_close(
         "vision.mean_patch",
         model.readout(last.clone(), VisionReadout::MeanPatch),
+        TOL,
     );
     let cls = model.readout(last, VisionReadout::Summary);
-    assert!(max_diff(cls, ref_token(&r, "vision.last_hidden_state", 0)) <= TOL);
+    assert!(max_abs_diff(cls, ref_token(&r, "vision.last_hidden_state", 0)) <= TOL);
 
     let out = model.forward(
         r.tensor("interp.pixel_values", &d),
@@ -264,12 +219,16 @@ fn vit_mae_matches_transformers() {
             output_attentions: false,
         },
     );
-    check(
-        &r,
+    r.assert_close(
         "interp.vision.hidden_states.0",
         out.hidden_states.unwrap()[0].clone(),
+        TOL,
     );
-    check(&r, "interp.vision.last_hidden_state", out.last_hidden_state);
+    r.assert_close(
+        "interp.vision.last_hidden_state",
+        out.last_hidden_state,
+        TOL,
+    );
 }
 
 #[test]
@@ -280,34 +239,17 @@ fn vit_mae_pretraining_checkpoint_loads_encoder() {
     let model =
         ViTMAEModel::load(&ckpt("vit_mae/pretraining"), &d, &LoadOptions::default()).unwrap();
     let out = model.forward(r.tensor("pixel_values", &d), ForwardOptions::default());
-    check(&r, "vision.last_hidden_state", out.last_hidden_state);
+    r.assert_close("vision.last_hidden_state", out.last_hidden_state, TOL);
 }
 
 // ---------------------------------------------------------------------------------------------
 // Bad input
 // ---------------------------------------------------------------------------------------------
 
-/// A copy of fixture `name` in a temporary directory with `config.json` edited by `edit`.
-fn edited_fixture(
-    name: &str,
-    tag: &str,
-    edit: impl FnOnce(&mut serde_json::Value),
-) -> std::path::PathBuf {
-    let src = fixture(name);
-    let dir = std::env::temp_dir().join(format!("bindscope-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::copy(src.join("model.safetensors"), dir.join("model.safetensors")).unwrap();
-    let mut cfg: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(src.join("config.json")).unwrap()).unwrap();
-    edit(&mut cfg);
-    std::fs::write(dir.join("config.json"), cfg.to_string()).unwrap();
-    dir
-}
-
 #[test]
 fn wrong_config_size_names_key_and_both_shapes() {
     // image_size 40 instead of 32: the model expects a 5x5 position grid, the file has 4x4.
-    let dir = edited_fixture("vit", "vit-bad-size", |c| c["image_size"] = 40.into());
+    let dir = scratch_config("vit", "vit-bad-size", |c| c["image_size"] = 40.into());
     let ck = Checkpoint::from_dir("bad", &dir).unwrap();
     let err = ViTModel::load(&ck, &device(), &LoadOptions::default()).unwrap_err();
     std::fs::remove_dir_all(&dir).ok();
@@ -320,7 +262,7 @@ fn wrong_config_size_names_key_and_both_shapes() {
     );
 
     // A wrong MLP width in DINOv2: fc1 / fc2 are named with their shapes.
-    let dir = edited_fixture("dinov2", "dinov2-bad-mlp", |c| c["mlp_ratio"] = 3.into());
+    let dir = scratch_config("dinov2", "dinov2-bad-mlp", |c| c["mlp_ratio"] = 3.into());
     let ck = Checkpoint::from_dir("bad", &dir).unwrap();
     let err = Dinov2Model::load(&ck, &device(), &LoadOptions::default()).unwrap_err();
     std::fs::remove_dir_all(&dir).ok();
@@ -331,7 +273,7 @@ fn wrong_config_size_names_key_and_both_shapes() {
 
 #[test]
 fn unsupported_activation_is_an_error() {
-    let dir = edited_fixture("dinov2", "dinov2-bad-act", |c| {
+    let dir = scratch_config("dinov2", "dinov2-bad-act", |c| {
         c["hidden_act"] = "mish".into()
     });
     let ck = Checkpoint::from_dir("bad", &dir).unwrap();

@@ -1,10 +1,69 @@
 //! Helpers shared by the parity tests (`models/tests`, and the root package's tests through
-//! `#[path]`): read a fixture's `reference.safetensors` and compare
-//! burn tensors with the PyTorch reference under an explicit tolerance.
+//! `#[path]`): read a fixture's `reference.safetensors` and compare burn tensors with the
+//! PyTorch reference under an explicit tolerance; open a fixture checkpoint, or a scratch copy
+//! of one with its config edited or weights dropped.
 #![allow(dead_code)]
 
+use bindscope_core::Checkpoint;
+use bindscope_models::EncoderOutput;
 use burn::prelude::*;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+/// The device the suite runs on (`BURN_DEVICE`, default the CPU).
+pub fn device() -> Device {
+    bindscope_core::device::test_device()
+}
+
+/// The checkpoint in directory `dir`, named by its path.
+pub fn checkpoint(dir: &Path) -> Checkpoint {
+    Checkpoint::from_dir(&dir.display().to_string(), dir).expect("fixture checkpoint")
+}
+
+/// `max |a − b|` over all elements.
+pub fn max_abs_diff<const D: usize>(a: Tensor<D>, b: Tensor<D>) -> f32 {
+    (a - b).abs().max().into_scalar::<f32>()
+}
+
+/// A scratch copy of fixture `name` (`tests/fixtures/<name>`, `model.safetensors` and
+/// `config.json`) in the temporary directory, unique to this process and `tag`, with
+/// `config.json` edited by `edit` and only the weights whose key `keep` accepts.
+pub fn scratch(
+    name: &str,
+    tag: &str,
+    edit: impl FnOnce(&mut serde_json::Value),
+    keep: impl Fn(&str) -> bool,
+) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "bindscope-parity-{}-{}-{tag}",
+        name.replace('/', "-"),
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = fixture(name);
+    let bytes = std::fs::read(src.join("model.safetensors")).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let kept: Vec<(String, safetensors::tensor::TensorView<'_>)> =
+        st.tensors().into_iter().filter(|(k, _)| keep(k)).collect();
+    std::fs::write(
+        dir.join("model.safetensors"),
+        safetensors::serialize(kept, None).unwrap(),
+    )
+    .unwrap();
+    let mut cfg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(src.join("config.json")).unwrap()).unwrap();
+    edit(&mut cfg);
+    std::fs::write(
+        dir.join("config.json"),
+        serde_json::to_string(&cfg).unwrap(),
+    )
+    .unwrap();
+    dir
+}
+
+/// [`scratch`] keeping every weight: only `config.json` is edited.
+pub fn scratch_config(name: &str, tag: &str, edit: impl FnOnce(&mut serde_json::Value)) -> PathBuf {
+    scratch(name, tag, edit, |_| true)
+}
 
 /// `tests/fixtures/<name>` of the workspace (the fixtures are shared by the model parity tests
 /// in `models/tests`, the root package's tests and the CLI tests).
@@ -27,9 +86,14 @@ pub struct Reference {
 }
 
 impl Reference {
+    /// `tests/fixtures/<name>/reference.safetensors`.
     pub fn open(name: &str) -> Self {
-        let path = fixture(name).join("reference.safetensors");
-        let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        Self::from_file(&fixture(name).join("reference.safetensors"), name)
+    }
+
+    /// The reference tensors of the safetensors file `path`, named `name` in messages.
+    pub fn from_file(path: &Path, name: &str) -> Self {
+        let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         Self {
             bytes,
             name: name.to_string(),
@@ -83,8 +147,57 @@ impl Reference {
             .reshape(<[usize; D]>::try_from(shape).expect("rank"))
     }
 
-    /// Asserts `actual` matches reference `key` in shape and to `max |a - b| <= tol`.
-    pub fn assert_close<const D: usize>(&self, key: &str, actual: Tensor<D>, tol: f32) {
+    /// `(input_ids, attention_mask)`: the text inputs of a fixture, `[N, T]` each.
+    pub fn text_inputs(&self, device: &Device) -> (Tensor<2, Int>, Tensor<2, Int>) {
+        (
+            self.int_tensor::<2>("input_ids", device),
+            self.int_tensor::<2>("attention_mask", device),
+        )
+    }
+
+    /// Checks every tensor of a full forward (`ForwardOptions::all()`) against the reference
+    /// keys under `prefix`: `layers + 1` hidden states, `layers` attention maps, the last
+    /// hidden state and (when `pooled`) the pooler output, each within `tol`.
+    pub fn assert_encoder_output(
+        &self,
+        prefix: &str,
+        out: &EncoderOutput,
+        layers: usize,
+        pooled: bool,
+        tol: f32,
+    ) {
+        let hs = out.hidden_states.as_ref().expect("hidden states");
+        let at = out.attentions.as_ref().expect("attentions");
+        assert_eq!(
+            hs.len(),
+            layers + 1,
+            "{}: number of hidden states",
+            self.name
+        );
+        assert_eq!(at.len(), layers, "{}: number of attention maps", self.name);
+        for (i, h) in hs.iter().enumerate() {
+            self.assert_close(&format!("{prefix}.hidden_states.{i}"), h.clone(), tol);
+        }
+        for (i, a) in at.iter().enumerate() {
+            self.assert_close(&format!("{prefix}.attentions.{i}"), a.clone(), tol);
+        }
+        self.assert_close(
+            &format!("{prefix}.last_hidden_state"),
+            out.last_hidden_state.clone(),
+            tol,
+        );
+        if pooled {
+            self.assert_close(
+                &format!("{prefix}.pooler_output"),
+                out.pooler_output.clone(),
+                tol,
+            );
+        }
+    }
+
+    /// Asserts `actual` matches reference `key` in shape and to `max |a - b| <= tol`; prints
+    /// and returns the max abs error (run with `--nocapture` to see it).
+    pub fn assert_close<const D: usize>(&self, key: &str, actual: Tensor<D>, tol: f32) -> f32 {
         let (shape, expected) = self.f32(key);
         assert_eq!(
             actual.dims().to_vec(),
@@ -110,6 +223,11 @@ impl Reference {
                 at = i;
             }
         }
+        let scale = expected.iter().map(|v| v.abs()).fold(0f32, f32::max);
+        println!(
+            "{}: {key}: max abs error {worst:.3e} (max |reference| {scale:.3})",
+            self.name
+        );
         assert!(
             worst <= tol,
             "{}: {key} max abs error {worst:e} > {tol:e} at flat index {at} ({} vs {})",
@@ -117,5 +235,6 @@ impl Reference {
             got[at],
             expected[at]
         );
+        worst
     }
 }
