@@ -115,6 +115,54 @@ impl Default for ViTConfig {
     }
 }
 
+/// transformers' `initializer_range` for ViT: the standard deviation of its normal
+/// initialisation, recorded by [`ViTConfig::to_hf_json`] (and the `std` the random-init studies
+/// pass to [`ViTModel::init_seeded`]).
+pub const INITIALIZER_RANGE: f64 = 0.02;
+
+impl ViTConfig {
+    /// ViT-B/16 at 224 × 224: transformers' `ViTConfig()` defaults (the same values as
+    /// [`ViTConfig::default`], named for `--random-init vit-b16`): `D = 768`, 12 blocks of 12
+    /// heads, MLP 3072, 16 × 16 patches.
+    pub fn vit_b16() -> Self {
+        Self::default()
+    }
+
+    /// This config as the `config.json` of a transformers `ViTModel` checkpoint, which
+    /// [`ViTModel::load`] and transformers read back to the same architecture:
+    /// `architectures: ["ViTModel"]`, `model_type` and every size of this struct
+    /// (`image_size` an integer when square, `[H, W]` otherwise), dropouts 0,
+    /// `initializer_range` [`INITIALIZER_RANGE`]; `pooler_output_size` and `pooler_act` only
+    /// when they differ from transformers' defaults (`None`, `tanh`).
+    pub fn to_hf_json(&self) -> serde_json::Value {
+        let [h, w] = self.image_size;
+        let mut v = serde_json::json!({
+            "architectures": ["ViTModel"],
+            "model_type": self.model_type,
+            "hidden_size": self.hidden_size,
+            "num_hidden_layers": self.num_hidden_layers,
+            "num_attention_heads": self.num_attention_heads,
+            "intermediate_size": self.intermediate_size,
+            "hidden_act": self.hidden_act,
+            "hidden_dropout_prob": 0.0,
+            "attention_probs_dropout_prob": 0.0,
+            "initializer_range": INITIALIZER_RANGE,
+            "layer_norm_eps": self.layer_norm_eps,
+            "image_size": if h == w { serde_json::json!(h) } else { serde_json::json!([h, w]) },
+            "patch_size": self.patch_size,
+            "num_channels": self.num_channels,
+            "qkv_bias": self.qkv_bias,
+        });
+        if let Some(p) = self.pooler_output_size {
+            v["pooler_output_size"] = p.into();
+        }
+        if self.pooler_act != "tanh" {
+            v["pooler_act"] = self.pooler_act.clone().into();
+        }
+        v
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Embeddings
 // ---------------------------------------------------------------------------------------------
@@ -520,6 +568,42 @@ impl ViTModel {
         )
     }
 
+    /// A random initialisation with its seed and initializer explicit: the module for `config`
+    /// with a pooler, built with `init` (which sets the rank-1 parameters: every bias from
+    /// `init`; LayerNorm γ = 1, β = 0), then every parameter of rank ≥ 2 (patch projection, CLS
+    /// token, position embeddings, every Linear weight) redrawn normal(0, `std`) in module order
+    /// after `device.seed(seed)` ([`crate::randomize`]).
+    ///
+    /// With a deterministic `init` (`Zeros`, `Constant`) the model is a function of
+    /// `(config, std, seed)` and the device's RNG. A random `init` (what the random-init
+    /// studies pass: `Normal(0, 0.02)`, as [`ViTModel::init_random`]) is lazy in burn: each
+    /// bias is drawn from the seeded stream when first used (read, saved), so the same
+    /// sequence of calls — build, then save — gives the same biases, but a random draw in
+    /// between changes them.
+    ///
+    /// # Errors
+    /// As [`ViTModel::new`].
+    pub fn init_seeded(
+        config: &ViTConfig,
+        init: &Initializer,
+        std: f64,
+        seed: u64,
+        device: &Device,
+    ) -> Result<Self, ModelError> {
+        let model = Self::new(config, true, init, device, "<config>")?;
+        Ok(crate::randomize(model, std, seed))
+    }
+
+    /// Saves the weights as a Hugging Face `model.safetensors` ([`save_hf`]): what
+    /// [`ViTModel::load`] (with [`ViTConfig::to_hf_json`] as `config.json`) and transformers'
+    /// `ViTModel.from_pretrained` read back.
+    ///
+    /// # Errors
+    /// As [`save_hf`].
+    pub fn save_hf(&self, path: &Path) -> Result<(), burn::store::SafetensorsStoreError> {
+        save_hf(self, path)
+    }
+
     /// Loads a `ViTModel` (or the `vit.` backbone of a `ViTForImageClassification`) strictly.
     ///
     /// Besides `opts`, the loader strips a `vit.` prefix when the checkpoint has one, then ignores
@@ -593,6 +677,24 @@ impl ViTModel {
     }
 }
 
+/// Saves any module of this crate (ViT, DINOv2, …) as a safetensors file in the Hugging Face
+/// layout, through burn-store's `BurnToPyTorchAdapter`: key names are the module paths (the
+/// Hub's, since the modules are named as in transformers), Linear weights are transposed back
+/// to torch's `[out, in]`, LayerNorm `gamma` / `beta` become `weight` / `bias`. The tensors are
+/// stored in the module's float type; the header's metadata order (hence the file's sha256) is
+/// not fixed.
+///
+/// # Errors
+/// burn-store's error when `path` cannot be written.
+pub fn save_hf<M: burn::module::Module>(
+    module: &M,
+    path: &Path,
+) -> Result<(), burn::store::SafetensorsStoreError> {
+    use burn::store::{BurnToPyTorchAdapter, ModuleSnapshot, SafetensorsStore};
+    let mut store = SafetensorsStore::from_file(path).with_to_adapter(BurnToPyTorchAdapter);
+    module.save_into(&mut store)
+}
+
 impl VisionEncoder for ViTModel {
     fn forward_vision(&self, pixel_values: Tensor<4>, opts: ForwardOptions) -> EncoderOutput {
         self.forward(pixel_values, opts)
@@ -628,5 +730,169 @@ impl VisionEncoder for ViTModel {
             input_size: c.image_size,
             patch_size: c.patch_size,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    /// A 2-block ViT of width 8 on 8 × 8 images (4 × 4 patches, so 1 + 4 tokens).
+    fn tiny() -> ViTConfig {
+        ViTConfig {
+            hidden_size: 8,
+            num_hidden_layers: 2,
+            num_attention_heads: 2,
+            intermediate_size: 16,
+            image_size: [8, 8],
+            patch_size: 4,
+            ..ViTConfig::vit_b16()
+        }
+    }
+
+    #[test]
+    fn vit_b16_preset_is_the_transformers_default_config() {
+        // The `config.json` `--random-init vit-b16` has always written (transformers'
+        // `ViTConfig()` defaults).
+        let want: serde_json::Value = serde_json::from_str(
+            r#"{
+  "architectures": ["ViTModel"],
+  "model_type": "vit",
+  "hidden_size": 768,
+  "num_hidden_layers": 12,
+  "num_attention_heads": 12,
+  "intermediate_size": 3072,
+  "hidden_act": "gelu",
+  "hidden_dropout_prob": 0.0,
+  "attention_probs_dropout_prob": 0.0,
+  "initializer_range": 0.02,
+  "layer_norm_eps": 1e-12,
+  "image_size": 224,
+  "patch_size": 16,
+  "num_channels": 3,
+  "qkv_bias": true
+}"#,
+        )
+        .unwrap();
+        assert_eq!(ViTConfig::vit_b16().to_hf_json(), want);
+        let back: ViTConfig = serde_json::from_value(want.clone()).unwrap();
+        assert_eq!(
+            back.to_hf_json(),
+            want,
+            "the export reads back to the same config"
+        );
+        let wide = ViTConfig {
+            image_size: [8, 12],
+            pooler_output_size: Some(4),
+            ..tiny()
+        };
+        let v = wide.to_hf_json();
+        assert_eq!(v["image_size"], serde_json::json!([8, 12]));
+        assert_eq!(v["pooler_output_size"], 4);
+        let back: ViTConfig = serde_json::from_value(v).unwrap();
+        assert_eq!(back.image_size, [8, 12]);
+    }
+
+    /// The HF export has the Hub's key names and torch's shapes, and loads back into the same
+    /// model (same forward output); a seed reproduces every tensor when the initializer is
+    /// deterministic.
+    #[test]
+    fn hf_export_has_hub_key_names_and_shapes_and_loads_back() {
+        let device = Device::flex();
+        let cfg = tiny();
+        let dir = std::env::temp_dir().join(format!("bindscope-vit-export-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let model = ViTModel::init_seeded(&cfg, &Initializer::Zeros, 0.02, 7, &device).unwrap();
+        let weights = dir.join("model.safetensors");
+        model.save_hf(&weights).unwrap();
+        std::fs::write(dir.join("config.json"), cfg.to_hf_json().to_string()).unwrap();
+
+        let bytes = std::fs::read(&weights).unwrap();
+        let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+        let got: BTreeMap<String, Vec<usize>> = st
+            .tensors()
+            .into_iter()
+            .map(|(k, v)| (k, v.shape().to_vec()))
+            .collect();
+        let mut want: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+        let mut put = |k: &str, s: &[usize]| want.insert(k.to_string(), s.to_vec());
+        put("embeddings.cls_token", &[1, 1, 8]);
+        put("embeddings.position_embeddings", &[1, 5, 8]);
+        put(
+            "embeddings.patch_embeddings.projection.weight",
+            &[8, 3, 4, 4],
+        );
+        put("embeddings.patch_embeddings.projection.bias", &[8]);
+        for l in 0..2 {
+            let p = format!("encoder.layer.{l}");
+            for q in ["query", "key", "value"] {
+                put(&format!("{p}.attention.attention.{q}.weight"), &[8, 8]);
+                put(&format!("{p}.attention.attention.{q}.bias"), &[8]);
+            }
+            put(&format!("{p}.attention.output.dense.weight"), &[8, 8]);
+            put(&format!("{p}.attention.output.dense.bias"), &[8]);
+            put(&format!("{p}.intermediate.dense.weight"), &[16, 8]);
+            put(&format!("{p}.intermediate.dense.bias"), &[16]);
+            put(&format!("{p}.output.dense.weight"), &[8, 16]);
+            put(&format!("{p}.output.dense.bias"), &[8]);
+            for n in ["layernorm_before", "layernorm_after"] {
+                put(&format!("{p}.{n}.weight"), &[8]);
+                put(&format!("{p}.{n}.bias"), &[8]);
+            }
+        }
+        put("layernorm.weight", &[8]);
+        put("layernorm.bias", &[8]);
+        put("pooler.dense.weight", &[8, 8]);
+        put("pooler.dense.bias", &[8]);
+        assert_eq!(got, want);
+
+        let ckpt = Checkpoint::resolve(dir.to_str().unwrap()).unwrap();
+        let back = ViTModel::load(&ckpt, &device, &LoadOptions::default()).unwrap();
+        let x = Tensor::<4>::random(
+            [2, 3, 8, 8],
+            burn::tensor::Distribution::Normal(0.0, 1.0),
+            &device,
+        );
+        let a = model.forward(x.clone(), ForwardOptions::default());
+        let b = back.forward(x, ForwardOptions::default());
+        assert_eq!(
+            a.pooler_output.into_data().try_to_vec::<f32>().unwrap(),
+            b.pooler_output.into_data().try_to_vec::<f32>().unwrap()
+        );
+
+        let again = ViTModel::init_seeded(&cfg, &Initializer::Zeros, 0.02, 7, &device).unwrap();
+        let other = ViTModel::init_seeded(&cfg, &Initializer::Zeros, 0.02, 8, &device).unwrap();
+        let q = |m: &ViTModel| {
+            m.encoder.layer[1]
+                .attention
+                .attention
+                .query
+                .weight
+                .val()
+                .into_data()
+                .try_to_vec::<f32>()
+                .unwrap()
+        };
+        assert_eq!(q(&model), q(&again), "one seed, one model");
+        assert_ne!(q(&model), q(&other));
+
+        // A random initializer is lazy: the biases are drawn from the seeded stream when first
+        // used, so the same sequence of calls gives the same biases.
+        let normal = Initializer::Normal {
+            mean: 0.0,
+            std: 0.02,
+        };
+        let bias = |m: &ViTModel| {
+            let b = m.encoder.layer[0].attention.attention.query.bias.as_ref();
+            b.unwrap().val().into_data().try_to_vec::<f32>().unwrap()
+        };
+        let a = ViTModel::init_seeded(&cfg, &normal, 0.02, 7, &device).unwrap();
+        let bias_a = bias(&a);
+        let b = ViTModel::init_seeded(&cfg, &normal, 0.02, 7, &device).unwrap();
+        assert_eq!(bias_a, bias(&b));
+        assert!(bias_a.iter().any(|v| *v != 0.0));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
