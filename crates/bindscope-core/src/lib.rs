@@ -13,7 +13,7 @@
 //! - [`options`]: the options several studies share (`Dtype`, `Normalize`);
 //! - [`plot`]: the SVG canvas and palette of every study's plots;
 //! - [`train`]: optimizers with PyTorch's defaults, best-validation selection, seeded batch
-//!   order;
+//!   order, fingerprinted checkpoints and resume;
 //! - [`rng`]: the seeded random streams every study draws from (and the studies' legacy
 //!   derivations, kept bit for bit).
 

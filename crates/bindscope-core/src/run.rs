@@ -184,6 +184,11 @@ pub struct Output {
 }
 
 impl Output {
+    /// The output `--out dir` (`None`: the default place) with `--fresh`.
+    pub fn new(dir: Option<PathBuf>, fresh: bool) -> Self {
+        Self { dir, fresh }
+    }
+
     /// [`run_dir`] for a run of `study` named `name` with `identity`, in this output.
     ///
     /// # Errors
