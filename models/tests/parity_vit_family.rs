@@ -85,17 +85,7 @@ fn vit_interpolates_position_embeddings() {
             output_attentions: false,
         },
     );
-    r.assert_close(
-        "interp.vision.hidden_states.0",
-        out.hidden_states.unwrap()[0].clone(),
-        TOL,
-    );
-    r.assert_close(
-        "interp.vision.last_hidden_state",
-        out.last_hidden_state,
-        TOL,
-    );
-    r.assert_close("interp.vision.pooler_output", out.pooler_output, TOL);
+    r.assert_interpolated(out, true, TOL);
 }
 
 #[test]
@@ -161,17 +151,7 @@ fn dinov2_case(name: &str, registers: usize) {
             output_attentions: false,
         },
     );
-    r.assert_close(
-        "interp.vision.hidden_states.0",
-        out.hidden_states.unwrap()[0].clone(),
-        TOL,
-    );
-    r.assert_close(
-        "interp.vision.last_hidden_state",
-        out.last_hidden_state,
-        TOL,
-    );
-    r.assert_close("interp.vision.pooler_output", out.pooler_output, TOL);
+    r.assert_interpolated(out, true, TOL);
 }
 
 #[test]
@@ -219,16 +199,7 @@ fn vit_mae_matches_transformers() {
             output_attentions: false,
         },
     );
-    r.assert_close(
-        "interp.vision.hidden_states.0",
-        out.hidden_states.unwrap()[0].clone(),
-        TOL,
-    );
-    r.assert_close(
-        "interp.vision.last_hidden_state",
-        out.last_hidden_state,
-        TOL,
-    );
+    r.assert_interpolated(out, false, TOL);
 }
 
 #[test]

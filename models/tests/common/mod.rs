@@ -195,6 +195,23 @@ impl Reference {
         }
     }
 
+    /// Checks a forward of the fixture's interpolation input (`interp.pixel_values`, another
+    /// size than the position grid, run with hidden states) against `interp.vision.*`: the
+    /// embeddings' output (where the resampled positions enter), the last hidden state and,
+    /// when `pooled`, the pooler output.
+    pub fn assert_interpolated(&self, out: EncoderOutput, pooled: bool, tol: f32) {
+        let mut hs = out.hidden_states.expect("hidden states");
+        self.assert_close("interp.vision.hidden_states.0", hs.remove(0), tol);
+        self.assert_close(
+            "interp.vision.last_hidden_state",
+            out.last_hidden_state,
+            tol,
+        );
+        if pooled {
+            self.assert_close("interp.vision.pooler_output", out.pooler_output, tol);
+        }
+    }
+
     /// Asserts `actual` matches reference `key` in shape and to `max |a - b| <= tol`; prints
     /// and returns the max abs error (run with `--nocapture` to see it).
     pub fn assert_close<const D: usize>(&self, key: &str, actual: Tensor<D>, tol: f32) -> f32 {
