@@ -1,14 +1,12 @@
-//! Shared plumbing of the subcommands: loading models, the binary's build facts, and the run
-//! records of `bindscope_core::run` (run directories, resume logs, provenance, atomic JSON).
+//! Shared plumbing of the subcommands: the options every model-loading subcommand takes, the
+//! binary's build facts and the [`RunContext`] every study runs in.
 
 use anyhow::Result;
-use bindscope_core::run::{BuildInfo, DeviceRecord, Provenance, RunContext};
+use bindscope_core::run::{BuildInfo, DeviceRecord, RunContext};
 use bindscope_core::{Checkpoint, LoadOptions};
 use burn::tensor::Device;
 
-pub use bindscope_core::run::{
-    progress, read_json, read_jsonl, run_dir, runs_root, slug, timestamp, write_json,
-};
+pub use bindscope_core::run::progress;
 
 pub use bindscope_core::options::{Dtype, Normalize};
 
@@ -47,18 +45,6 @@ pub fn build_info() -> BuildInfo {
         git_dirty: known(option_env!("VERGEN_GIT_DIRTY")).map(|d| d == "true"),
         dependencies: &built_info::DEPENDENCIES,
     }
-}
-
-/// `fields` (a JSON object: study, identity, options) with the run's provenance added — the
-/// one schema of every `config.json` ([`Provenance`]). `device` is the device as requested
-/// (`--device`) and as opened; `None` for commands that compute nothing on a device.
-pub fn config_json(
-    mut fields: serde_json::Value,
-    device: Option<(&str, &Device)>,
-) -> serde_json::Value {
-    let device = device.map(|(spec, d)| DeviceRecord::new(spec, d));
-    Provenance::new(&build_info(), device).insert_into(&mut fields);
-    fields
 }
 
 /// The context a study runs in: `device`, opened from `--device` `spec`, in this binary.

@@ -19,7 +19,6 @@ mod foveated;
 mod geometry;
 mod info;
 mod jer;
-mod plot;
 mod probe_all;
 mod saber;
 
@@ -95,17 +94,17 @@ fn main() {
         // Where every study runs: the device and this binary's build facts.
         let ctx = common::context(&device, &spec);
         let done = match cli.command {
-            Command::Jer(a) => jer::run(a, &device, &spec),
+            Command::Jer(a) => jer::run(a, &ctx),
             Command::Info(a) => info::run(a, &device, &spec),
             Command::Embed(a) => embed::run(a, &device),
-            Command::Finetune(a) => finetune::run(a, &device, &spec),
-            Command::Foveated(a) => foveated::run(a, &device, &spec),
-            Command::Binding(a) => binding::run_binding_cmd(a, &device, &spec),
-            Command::Samediff(a) => binding::run_samediff_cmd(a, &device, &spec),
-            Command::Geometry(a) => geometry::run(a, &device, &spec),
-            Command::ProbeAll(a) => probe_all::run(a, &device, &spec),
+            Command::Finetune(a) => finetune::run(a, &ctx),
+            Command::Foveated(a) => foveated::run(a, &ctx),
+            Command::Binding(a) => binding::run_binding_cmd(a, &ctx),
+            Command::Samediff(a) => binding::run_samediff_cmd(a, &ctx),
+            Command::Geometry(a) => geometry::run(a, &ctx),
+            Command::ProbeAll(a) => probe_all::run(a, &ctx),
             Command::Correlate(a) => correlate::run(a, &ctx),
-            Command::Saber(a) => saber::run(a, &device, &spec),
+            Command::Saber(a) => saber::run(a, &ctx),
             Command::Devices => unreachable!("handled above"),
         };
         // Let queued GPU work finish before the process exits: a driver still compiling a

@@ -15,7 +15,8 @@
 //! 6. [`gqa`]: the paired colour questions built from GQA scene graphs (same readouts, plus a
 //!    text-conditioned fovea).
 //!
-//! The `experiments foveated` subcommand runs the whole study and writes a run directory.
+//! [`study`] runs the whole study into a run directory (`experiments foveated` maps its flags
+//! to a [`study::Config`] and calls [`study::run`]).
 //!
 //! ```
 //! use bindscope_foveated::{csb::CsbConfig, split::Split};
@@ -36,4 +37,5 @@ pub mod rng;
 pub mod scene;
 pub mod shapes;
 pub mod split;
+pub mod study;
 pub mod viz;

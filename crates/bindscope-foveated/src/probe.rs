@@ -43,7 +43,7 @@ use bindscope_core::rng::legacy::box_muller;
 use bindscope_core::train::BestSoFar;
 use burn::module::{Module, Param};
 use burn::nn::Linear;
-use burn::optim::GradientsParams;
+use burn::optim::{AdamConfig, GradientsParams};
 use burn::tensor::activation::{gelu, log_softmax, relu, softmax};
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use rand::Rng;
@@ -379,16 +379,28 @@ impl Probe {
 }
 
 /// Which validation metric selects the checkpoint.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Selection {
     /// Top-1 accuracy.
     Top1,
     /// Paired accuracy: the fraction of pairs `(i, j)` (validation indices) with both correct.
     Paired(Vec<(usize, usize)>),
+    /// Paired accuracy over the pairs of adjacent validation items, `(2k, 2k + 1)` for
+    /// `k < n / 2` ([`adjacent_pairs`]): GQA, whose pair members are adjacent.
+    AdjacentPairs,
+}
+
+/// The pairs `(2k, 2k + 1)` of `n` items, `k < n / 2` (an odd last item is in none).
+pub fn adjacent_pairs(n: usize) -> Vec<(usize, usize)> {
+    (0..n / 2).map(|k| (2 * k, 2 * k + 1)).collect()
 }
 
 /// The training recipe.
-#[derive(Debug, Clone, PartialEq)]
+///
+/// Serializes as a run records its recipe (`config.json`): every field but `seed`, since the
+/// probes of one run share the recipe and each trains with its own seed (recorded beside it).
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TrainConfig {
     /// Epochs (30 for CSB / CSD, 50 for GQA).
     pub epochs: usize,
@@ -400,7 +412,8 @@ pub struct TrainConfig {
     pub weight_decay: f64,
     /// Per-class loss weights (GQA: inverse frequency), `None` for unweighted.
     pub class_weights: Option<Vec<f32>>,
-    /// Seed of initialisation, batch order and dropout masks.
+    /// Seed of initialisation, batch order and dropout masks (not serialized).
+    #[serde(skip_serializing)]
     pub seed: u64,
     /// Checkpoint selection on validation.
     pub selection: Selection,
@@ -419,6 +432,12 @@ impl TrainConfig {
             seed,
             selection: Selection::Top1,
         }
+    }
+
+    /// The optimizer [`train`] uses: Adam with torch's defaults and this coupled weight decay
+    /// ([`bindscope_core::train::adam`]).
+    pub fn optimizer(&self) -> AdamConfig {
+        bindscope_core::train::adam(self.weight_decay)
     }
 }
 
@@ -582,8 +601,9 @@ pub fn train(
     );
     let ad = device.clone().autodiff();
     let mut model = Probe::init(pool, head, train.dim(), classes, cfg.seed, &ad);
-    let mut optim = bindscope_core::train::adam(cfg.weight_decay).init();
+    let mut optim = cfg.optimizer().init();
 
+    let adjacent = adjacent_pairs(y_val.len());
     let evaluate = |m: &Probe| -> (f64, f64) {
         let out = predict(m, val, device, false);
         let pred = out.predictions();
@@ -591,6 +611,7 @@ pub fn train(
         let sel = match &cfg.selection {
             Selection::Top1 => t1,
             Selection::Paired(pairs) => paired_accuracy(&pred, y_val, pairs),
+            Selection::AdjacentPairs => paired_accuracy(&pred, y_val, &adjacent),
         };
         (t1, sel)
     };

@@ -36,11 +36,19 @@
 //!
 //! The encoder must be frozen (no dropout, no train-mode norm) so the rows of a batch are
 //! independent; every encoder in `bindscope-models` is a pure inference module.
+//!
+//! ## The study
+//! [`study::run`] takes a serde [`study::Config`] (models, probe images, seeds, k, estimator,
+//! readout, normalization, depth, image size, dtype) and runs it: run directories keyed by each
+//! model's [`study::Identity`], the resume log, the reports and plots ([`plot`]), and the
+//! comparison table of several models.
 
+pub mod plot;
 pub mod probe;
 pub mod sketch;
 pub mod spectrum;
 pub mod stats;
+pub mod study;
 
 pub use sketch::{Estimator, JerError, OutputSpectrum, jer_at};
 pub use spectrum::{entropy_effective_rank, jer, normalized_spectrum, singular_values};

@@ -9,7 +9,8 @@
 //! text-to-image prompts) → [`jsonl`] (writing, and reading with per-row validation) →
 //! [`embed`] (any [`bindscope_models::TextEncoder`] / [`bindscope_models::VisionEncoder`], cached per
 //! unique text / image) → [`eval`] (cosine ranking: MCQ accuracy, large-gallery mAP,
-//! containment) → [`report`] (run directory).
+//! containment) → [`report`] (run directory). [`study`] runs the two commands of
+//! `experiments saber`: `generate` and `eval`, each from a serde config.
 //!
 //! ## An item
 //! A query with `N` bindings (`N` = 2..10), e.g. "A striped cube, a transparent kite, and a red
@@ -52,6 +53,7 @@ pub mod generate;
 pub mod jsonl;
 pub mod metrics;
 pub mod report;
+pub mod study;
 pub mod vocab;
 
 pub use generate::{CandidateKind, Caption, GenerateConfig, McqItem, Pair, Source};

@@ -8,6 +8,9 @@
 //! [`vocab`] (data files) → [`generate`] (template examples) / [`import`] (external JSONL) →
 //! [`validate`] (one rule set for both) → [`split`] (80/10/10, deferred types held out) →
 //! training → evaluation → export.
+//!
+//! [`study`] holds the runs of `experiments finetune` (`data`, `train`): serde configs, run
+//! directories, reports.
 
 pub mod attention;
 pub mod eval;
@@ -16,6 +19,7 @@ pub mod generate;
 pub mod import;
 pub mod lora;
 pub mod split;
+pub mod study;
 pub mod train;
 pub mod validate;
 pub mod vocab;

@@ -8,18 +8,19 @@
 //! anchors and positives, `τ = 0.1`, `λ_attn = 0.1`). The `3B` texts go through the encoder in
 //! one padded forward pass.
 //!
-//! Optimizer: AdamW (Loshchilov & Hutter, 2019) with torch's defaults set explicitly
-//! (β = (0.9, 0.999), ε = 1e-8; burn's defaults are ε = 1e-5, weight decay 1e-4), weight decay
-//! 0.01, learning rate 5e-5 constant, one epoch. Batches: the triplets shuffled with the seed
-//! (ChaCha20 stream 200 + epoch), cut into `batch_size` chunks (the last one may be short).
+//! Optimizer: AdamW (Loshchilov & Hutter, 2019) with torch's defaults
+//! ([`bindscope_core::train::AdamW`]: β = (0.9, 0.999), ε = 1e-8; burn's defaults are ε = 1e-5,
+//! weight decay 1e-4), weight decay 0.01, learning rate 5e-5 constant, one epoch. Batches: the
+//! triplets shuffled with the seed (ChaCha20 stream 200 + epoch), cut into `batch_size` chunks
+//! (the last one may be short).
 //!
 //! ## Checkpoints
-//! Every `checkpoint_every` steps (and at the end) the trainer writes `step-NNNNNN/` with
-//! `adapter.safetensors` (the LoRA factors by module path), `optimizer.bpk` (burn's AdamW state,
-//! keyed by the factors' path-derived ids) and `state.json` (step, fingerprint), then replaces
-//! `latest.json` atomically to point at it and removes older step directories. A run killed at
-//! any moment resumes from the last complete checkpoint; the fingerprint (hash of the config and
-//! of the triplet ids in order) makes a resume with other data or settings an error.
+//! Every `checkpoint_every` steps (and at the end) the trainer saves a checkpoint through
+//! [`bindscope_core::train::Checkpoints`] (`step-NNNNNN/`, `state.json`, `latest.json`; a run
+//! killed at any moment resumes from the last complete one). Its files here are
+//! `adapter.safetensors` (the LoRA factors by module path) and `optimizer.bpk` (burn's AdamW
+//! state, keyed by the factors' path-derived ids). The fingerprint ([`fingerprint`]: a hash of
+//! the config and of the triplets in order) makes a resume with other data or settings an error.
 
 use crate::attention::{BindingWeights, attention_loss, binding_weights};
 use crate::example::Triplet;
@@ -27,6 +28,7 @@ use crate::lora::{
     LoraConfig, TunableText, adapters, apply_lora, load_host_adapters, save_host_adapters,
     set_adapters,
 };
+use bindscope_core::train::{AdamW, Checkpoints, Fingerprint};
 use bindscope_data::text::Tokenizer;
 use bindscope_models::ForwardOptions;
 use bindscope_saber::generate::Rng;
@@ -34,6 +36,11 @@ use burn::optim::{GradientsParams, ModuleOptimizer};
 use burn::prelude::*;
 use burn::tensor::activation::relu;
 use std::path::{Path, PathBuf};
+
+/// The files of a checkpoint step directory.
+const ADAPTER_FILE: &str = "adapter.safetensors";
+/// burn's optimizer record.
+const OPTIMIZER_FILE: &str = "optimizer.bpk";
 
 /// The optional attention-margin loss.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -55,11 +62,11 @@ pub struct TrainConfig {
     pub lr: f64,
     /// AdamW decoupled weight decay.
     pub weight_decay: f32,
-    /// AdamW ε.
+    /// AdamW ε (torch's default: [`AdamW::default`]).
     pub epsilon: f32,
-    /// AdamW β₁.
+    /// AdamW β₁ (torch's default).
     pub beta1: f32,
-    /// AdamW β₂.
+    /// AdamW β₂ (torch's default).
     pub beta2: f32,
     /// Hinge margin.
     pub margin: f64,
@@ -76,22 +83,36 @@ pub struct TrainConfig {
 }
 
 impl Default for TrainConfig {
-    /// The recipe of the issue: r = 4, α = 4, lr 5e-5, weight decay 0.01, ε = 1e-8, margin
-    /// 0.05, batch 32, one epoch, no attention loss; checkpoints every 25 steps.
+    /// The recipe of the issue: r = 4, α = 4, lr 5e-5, AdamW with torch's defaults (weight
+    /// decay 0.01, ε = 1e-8, β = (0.9, 0.999)), margin 0.05, batch 32, one epoch, no attention
+    /// loss; checkpoints every 25 steps.
     fn default() -> Self {
+        let adamw = AdamW::default();
         Self {
             lora: LoraConfig::default(),
             lr: 5e-5,
-            weight_decay: 0.01,
-            epsilon: 1e-8,
-            beta1: 0.9,
-            beta2: 0.999,
+            weight_decay: adamw.weight_decay,
+            epsilon: adamw.epsilon,
+            beta1: adamw.beta1,
+            beta2: adamw.beta2,
             margin: 0.05,
             batch_size: 32,
             epochs: 1,
             shuffle_seed: 0,
             attn: None,
             checkpoint_every: 25,
+        }
+    }
+}
+
+impl TrainConfig {
+    /// The optimizer's settings.
+    pub fn adamw(&self) -> AdamW {
+        AdamW {
+            beta1: self.beta1,
+            beta2: self.beta2,
+            epsilon: self.epsilon,
+            weight_decay: self.weight_decay,
         }
     }
 }
@@ -136,17 +157,6 @@ pub struct StepLog {
     pub seconds: f64,
 }
 
-/// The run's AdamW ([`bindscope_core::train::AdamW`] with this config's settings).
-fn adamw(cfg: &TrainConfig) -> burn::optim::AdamWConfig {
-    bindscope_core::train::AdamW {
-        beta1: cfg.beta1,
-        beta2: cfg.beta2,
-        epsilon: cfg.epsilon,
-        weight_decay: cfg.weight_decay,
-    }
-    .config()
-}
-
 /// The batches of a run: triplet indices, every epoch shuffled.
 pub fn schedule(n: usize, cfg: &TrainConfig) -> Vec<Vec<usize>> {
     let mut out = Vec::new();
@@ -186,7 +196,7 @@ impl<M: TunableText> Trainer<M> {
             return Err("training needs an autodiff device (device.autodiff())".into());
         }
         let model = apply_lora(model, &cfg.lora)?;
-        let optim = adamw(&cfg).init();
+        let optim = cfg.adamw().config().init();
         Ok(Self {
             model,
             optim,
@@ -290,106 +300,59 @@ impl<M: TunableText> Trainer<M> {
         })
     }
 
-    /// Writes a checkpoint (module docs) under `dir`.
+    /// Saves a checkpoint of the adapters and the optimizer state at the current step (module
+    /// docs).
     ///
     /// # Errors
     /// I/O errors.
-    pub fn save_checkpoint(&self, dir: &Path, fingerprint: &str) -> Result<PathBuf, String> {
-        let step_dir = dir.join(format!("step-{:06}", self.step));
-        if step_dir.exists() {
-            std::fs::remove_dir_all(&step_dir)
-                .map_err(|e| format!("{}: {e}", step_dir.display()))?;
-        }
-        std::fs::create_dir_all(&step_dir).map_err(|e| format!("{}: {e}", step_dir.display()))?;
-        save_host_adapters(
-            &step_dir.join("adapter.safetensors"),
-            &adapters(&self.model, &self.cfg.lora),
-        )?;
-        self.optim
-            .save(step_dir.join("optimizer.bpk"))
-            .map_err(|e| format!("optimizer state: {e:?}"))?;
-        let state = serde_json::json!({ "step": self.step, "fingerprint": fingerprint });
-        bindscope_core::fsutil::write_atomic(
-            &step_dir.join("state.json"),
-            state.to_string().as_bytes(),
-        )
-        .map_err(|e| e.to_string())?;
-        let latest = serde_json::json!({ "step": self.step, "dir": step_dir.file_name().map(|n| n.to_string_lossy().into_owned()) });
-        bindscope_core::fsutil::write_atomic(
-            &dir.join("latest.json"),
-            latest.to_string().as_bytes(),
-        )
-        .map_err(|e| e.to_string())?;
-        for entry in std::fs::read_dir(dir).map_err(|e| e.to_string())?.flatten() {
-            let p = entry.path();
-            if p != step_dir
-                && p.is_dir()
-                && entry.file_name().to_string_lossy().starts_with("step-")
-            {
-                let _ = std::fs::remove_dir_all(&p);
-            }
-        }
-        Ok(step_dir)
+    pub fn save_checkpoint(&self, checkpoints: &Checkpoints) -> Result<PathBuf, String> {
+        checkpoints
+            .save(self.step, |dir| {
+                save_host_adapters(
+                    &dir.join(ADAPTER_FILE),
+                    &adapters(&self.model, &self.cfg.lora),
+                )?;
+                self.optim
+                    .save(dir.join(OPTIMIZER_FILE))
+                    .map_err(|e| format!("optimizer state: {e:?}"))
+            })
+            .map_err(|e| e.to_string())
     }
 
-    /// Restores the adapters, the optimizer state and the step from the checkpoint `latest.json`
-    /// in `dir` points at. Returns `false` when there is no checkpoint.
+    /// Restores the adapters, the optimizer state and the step from the latest checkpoint.
+    /// Returns `false` when there is none.
     ///
     /// # Errors
     /// Unreadable files, or a checkpoint of another run (fingerprint).
-    pub fn resume(&mut self, dir: &Path, fingerprint: &str) -> Result<bool, String> {
-        let latest = dir.join("latest.json");
-        if !latest.is_file() {
+    pub fn resume(&mut self, checkpoints: &Checkpoints) -> Result<bool, String> {
+        let Some(saved) = checkpoints.latest().map_err(|e| e.to_string())? else {
             return Ok(false);
-        }
-        let read_json = |p: &Path| -> Result<serde_json::Value, String> {
-            let t = std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?;
-            serde_json::from_str(&t).map_err(|e| format!("{}: {e}", p.display()))
         };
-        let l = read_json(&latest)?;
-        let step_dir = dir.join(
-            l["dir"]
-                .as_str()
-                .ok_or_else(|| "latest.json: no dir".to_string())?,
-        );
-        let state = read_json(&step_dir.join("state.json"))?;
-        if state["fingerprint"].as_str() != Some(fingerprint) {
-            return Err(format!(
-                "{}: checkpoint of another run (different data or settings); use a new output directory",
-                step_dir.display()
-            ));
-        }
-        let saved = load_host_adapters(&step_dir.join("adapter.safetensors"))?;
-        self.model = set_adapters(self.model.clone(), &saved)?;
-        let optim = adamw(&self.cfg).init();
-        self.optim = optim
-            .load(step_dir.join("optimizer.bpk"))
+        let adapters = load_host_adapters(&saved.dir.join(ADAPTER_FILE))?;
+        self.model = set_adapters(self.model.clone(), &adapters)?;
+        self.optim = self
+            .cfg
+            .adamw()
+            .config()
+            .init()
+            .load(saved.dir.join(OPTIMIZER_FILE))
             .map_err(|e| format!("optimizer state: {e:?}"))?;
-        self.step = state["step"]
-            .as_u64()
-            .ok_or_else(|| "state.json: no step".to_string())? as usize;
+        self.step = saved.step;
         Ok(true)
     }
 }
 
-/// A hash of the settings and of the triplet ids in order (resume guard).
+/// The resume guard ([`Fingerprint`]): the settings' JSON (checkpoint frequency left out: it
+/// may change across a resume), then each triplet's id, anchor and negative in order.
 pub fn fingerprint(cfg: &TrainConfig, triplets: &[Triplet]) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut eat = |s: &str| {
-        for b in s.bytes().chain(std::iter::once(0)) {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
-    };
     let mut c = cfg.clone();
-    c.checkpoint_every = 0; // checkpoint frequency may change across a resume
-    eat(&serde_json::to_string(&c).unwrap_or_default());
+    c.checkpoint_every = 0;
+    let mut h = Fingerprint::new();
+    h.json(&c);
     for t in triplets {
-        eat(&t.id);
-        eat(&t.anchor);
-        eat(&t.negative);
+        h.text(&t.id).text(&t.anchor).text(&t.negative);
     }
-    format!("{h:016x}")
+    h.hex()
 }
 
 /// Runs (or resumes) training over `triplets`, checkpointing in `ckpt_dir`; stops after
@@ -405,13 +368,13 @@ pub fn run<M: TunableText>(
     stop_after: Option<usize>,
     on_step: &mut dyn FnMut(&StepLog),
 ) -> Result<bool, String> {
-    let fp = fingerprint(&trainer.cfg, triplets);
-    trainer.resume(ckpt_dir, &fp)?;
+    let checkpoints = Checkpoints::new(ckpt_dir, fingerprint(&trainer.cfg, triplets));
+    trainer.resume(&checkpoints)?;
     let batches = schedule(triplets.len(), &trainer.cfg);
     let total = batches.len();
     while trainer.step < total {
         if stop_after.is_some_and(|s| trainer.step >= s) {
-            trainer.save_checkpoint(ckpt_dir, &fp)?;
+            trainer.save_checkpoint(&checkpoints)?;
             return Ok(false);
         }
         let batch: Vec<&Triplet> = batches[trainer.step]
@@ -422,9 +385,41 @@ pub fn run<M: TunableText>(
         on_step(&log);
         let every = trainer.cfg.checkpoint_every;
         if every > 0 && trainer.step.is_multiple_of(every) && trainer.step < total {
-            trainer.save_checkpoint(ckpt_dir, &fp)?;
+            trainer.save_checkpoint(&checkpoints)?;
         }
     }
-    trainer.save_checkpoint(ckpt_dir, &fp)?;
+    trainer.save_checkpoint(&checkpoints)?;
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::example::Construction;
+
+    /// The fingerprint is what `state.json` records: it must not move, or every checkpoint
+    /// written before would stop resuming.
+    #[test]
+    fn fingerprint_is_stable() {
+        let t = |i: usize| Triplet {
+            id: format!("e{i}#0"),
+            construction: Construction::PairSwap,
+            anchor: format!("a red box {i}"),
+            positive: "a box that is red".into(),
+            negative: "a blue box".into(),
+            bindings: vec![["red".into(), "box".into()]],
+        };
+        let cfg = TrainConfig::default();
+        assert_eq!(fingerprint(&cfg, &[t(0), t(1)]), "79fd6ff9b032a8a7");
+        let other = TrainConfig {
+            checkpoint_every: 3,
+            attn: Some(AttnLossConfig {
+                tau: 0.1,
+                lambda: 0.1,
+                layers: (0, usize::MAX),
+            }),
+            ..cfg
+        };
+        assert_eq!(fingerprint(&other, &[t(0)]), "1d9ae15b8c42fe5d");
+    }
 }

@@ -1,13 +1,16 @@
-//! SVG plots with plotters.
+//! The JER plots (SVG, plotters, on the shared canvas [`bindscope_core::plot::render`]).
 
+use crate::Summary;
 use anyhow::{Result, anyhow};
-use bindscope_jer::Summary;
+use bindscope_core::plot::{COLORS, render};
 use plotters::prelude::*;
 use std::path::Path;
 
-pub(crate) use bindscope_core::plot::{COLORS, render, render_sized};
-
-/// Mean normalized singular-value spectrum σ_i/σ_1 (log scale), one line per model.
+/// Mean normalized singular-value spectrum σ_i/σ_1 (log scale), one line per `(name, spectrum)`
+/// series, written to `path`.
+///
+/// # Errors
+/// A plotters drawing error or the write of `path`.
 pub fn spectrum_svg(path: &Path, series: &[(String, Vec<f64>)]) -> Result<()> {
     let k = series.iter().map(|s| s.1.len()).max().unwrap_or(1);
     let lo = series
@@ -55,7 +58,10 @@ pub fn spectrum_svg(path: &Path, series: &[(String, Vec<f64>)]) -> Result<()> {
     })
 }
 
-/// JER (mean ± std over images) after every block.
+/// JER (mean ± std over images) after every block of `model`: `profile[b]` is block `b + 1`.
+///
+/// # Errors
+/// A plotters drawing error or the write of `path`.
 pub fn depth_svg(path: &Path, model: &str, profile: &[Summary]) -> Result<()> {
     let hi = profile
         .iter()

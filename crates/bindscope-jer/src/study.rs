@@ -1,0 +1,701 @@
+//! The JER study as a run: one or several vision encoders, their run directories, resume logs,
+//! reports and the comparison table (`experiments jer`, and the JER step of `probe-all`).
+//!
+//! Source: "Global Geometry Is Not Enough for Vision Representations", §4.1, App. A.4, D.4; the
+//! estimators are [`crate::jer_at`].
+//!
+//! A model's run directory holds `config.json` (its [`Identity`], the model's description, the
+//! checkpoint files and the provenance of [`RunContext::config_json`]), `per_image.jsonl` (the
+//! resume log: one line per finished image, appended atomically), and, once all images are
+//! done, `results.json`, `per_image.csv`, `spectrum.csv`, `depth.csv` (with
+//! [`Config::depth`]), `seeds.csv` (with several [`Config::seeds`]) and SVG plots
+//! ([`crate::plot`]). Running the same [`Config`](struct@Config) again resumes the newest run
+//! directory of that model with the same identity. With several models, [`Output::dir`] is the parent of one directory per model
+//! and the comparison (`comparison.csv`, `spectrum.svg`) goes there (default
+//! `runs/jer/compare-<timestamp>`).
+
+use crate::probe::{IMAGENET_MEAN, IMAGENET_STD, ProbeSpec};
+use crate::{Estimator, OutputSpectrum, Summary, jer_at, normalized_spectrum, plot, summarize};
+use anyhow::{Context, Result, bail};
+use bindscope_core::CheckpointError;
+use bindscope_core::fsutil::write_atomic;
+use bindscope_core::options::{Dtype, Normalize};
+use bindscope_core::run::{
+    Output, RunContext, append_jsonl, progress, read_jsonl, runs_root, slug, timestamp, write_json,
+};
+use bindscope_data::image::ImageProcessor;
+use bindscope_models::registry::{Opened, open_vision};
+use bindscope_models::{ForwardOptions, ModelError, VisionEncoder, VisionReadout};
+use burn::prelude::*;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Everything that decides the numbers of a JER run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Config {
+    /// Hugging Face ids or local checkpoint directories, one run each; several add a
+    /// comparison table.
+    pub models: Vec<String>,
+    /// Probe images per seed, x ~ N(0.45, 0.225²) clipped to [0, 1] ([`ProbeSpec::paper`]).
+    pub images: usize,
+    /// Seeds of the probe images and sketch directions, each one repetition of the study
+    /// (`--seed` or `--seeds`, resolved); more than one adds the seed-stability report.
+    pub seeds: Vec<u64>,
+    /// Sketch size k (2 ≤ k ≤ output dimension).
+    pub directions: usize,
+    /// Which sketch of the Jacobian.
+    pub estimator: Estimator,
+    /// Copies of the image per backward pass (bounds peak memory; changes no number).
+    pub chunk: usize,
+    /// Which embedding is differentiated.
+    pub output: VisionReadout,
+    /// The mean / std the probe is normalized with.
+    pub normalize: Normalize,
+    /// Also compute JER at the output of every block (read out like the final output).
+    pub depth: bool,
+    /// Probe image size `[height, width]` in pixels.
+    pub image_size: [usize; 2],
+    /// The float type of the weights.
+    pub dtype: Dtype,
+}
+
+impl Config {
+    /// Checks the options that need no model, naming the command-line flags.
+    ///
+    /// # Errors
+    /// A repeated seed, no seed or model, or a zero image count, chunk or image size.
+    pub fn check(&self) -> Result<()> {
+        let seeds = &self.seeds;
+        if let Some(dup) = seeds
+            .iter()
+            .enumerate()
+            .find_map(|(i, s)| seeds[..i].contains(s).then_some(s))
+        {
+            bail!("--seeds: seed {dup} is given twice (each seed is one repetition of the study)");
+        }
+        if seeds.is_empty() {
+            bail!("--seeds: no seed given");
+        }
+        if self.models.is_empty() {
+            bail!("--model: no model given");
+        }
+        if self.images == 0 {
+            bail!("--images must be at least 1");
+        }
+        if self.chunk == 0 {
+            bail!("--chunk must be at least 1");
+        }
+        if self.image_size.contains(&0) {
+            let [h, w] = self.image_size;
+            bail!("--image-size {h}x{w}: sizes must be positive");
+        }
+        Ok(())
+    }
+}
+
+/// The normalization a probe was given: `(x - mean) / std` per channel after clipping.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Normalization {
+    /// Where mean and std come from.
+    pub mode: Normalize,
+    /// Channel means.
+    pub mean: [f32; 3],
+    /// Channel standard deviations.
+    pub std: [f32; 3],
+}
+
+/// The pixel distribution of the probe images before normalization.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct PixelDistribution {
+    /// Per-pixel mean before clipping.
+    pub pixel_mean: f32,
+    /// Per-pixel standard deviation before clipping.
+    pub pixel_std: f32,
+    /// The clipping range, always `[0, 1]` ([`crate::probe::probe_image`]).
+    pub clip: [f64; 2],
+}
+
+/// The identity of one model's run: what its `config.json` records as `"identity"`, what the
+/// run computes from, and what decides which run directory a later run resumes.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Identity {
+    /// The model as given.
+    pub model: String,
+    /// sha256 of its weight files.
+    pub weights_sha256: String,
+    /// Probe images per seed.
+    pub images: usize,
+    /// Seeds, each one repetition.
+    pub seeds: Vec<u64>,
+    /// Sketch size k.
+    pub directions: usize,
+    /// Which sketch.
+    pub estimator: Estimator,
+    /// Which embedding.
+    pub output: VisionReadout,
+    /// The probe's normalization, resolved.
+    pub normalize: Normalization,
+    /// The probe's pixel distribution.
+    pub probe: PixelDistribution,
+    /// Whether every block's output is differentiated too.
+    pub depth: bool,
+    /// Probe size `[height, width]`.
+    pub size: [usize; 2],
+    /// The float type of the weights.
+    pub dtype: Dtype,
+}
+
+impl Identity {
+    /// The probe images this identity describes.
+    pub fn probe_spec(&self) -> ProbeSpec {
+        ProbeSpec {
+            height: self.size[0],
+            width: self.size[1],
+            pixel_mean: self.probe.pixel_mean,
+            pixel_std: self.probe.pixel_std,
+            norm_mean: self.normalize.mean,
+            norm_std: self.normalize.std,
+        }
+    }
+}
+
+/// What one model's run computed.
+#[derive(Debug, Clone, Serialize)]
+pub struct ModelReport {
+    /// The model as given.
+    pub model: String,
+    /// JER of the final output over every probe image (all seeds).
+    pub jer: Summary,
+    /// Entropy effective rank of the final output over every probe image.
+    pub entropy_rank: Summary,
+    /// Mean normalized spectrum σᵢ/σ₁ of the final output, i = 1..k.
+    pub mean_spectrum: Vec<f64>,
+    /// The model's run directory.
+    pub run_dir: PathBuf,
+}
+
+/// What [`run`] computed: one report per model, in the order of [`Config::models`].
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// Per model.
+    pub models: Vec<ModelReport>,
+    /// Where the comparison table went (several models only).
+    pub comparison_dir: Option<PathBuf>,
+}
+
+/// One finished probe image: the line format of `per_image.jsonl`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct ImageRecord {
+    seed: u64,
+    image: u64,
+    /// Final output (index 0) or, with depth, one entry per block then the final output.
+    outputs: Vec<OutputSpectrum>,
+}
+
+/// Runs every model of `config` on `ctx`'s device (resuming what a previous run with the same
+/// identity finished) and, with several models, writes the comparison table. Prints each
+/// model's summary (and the table) on stdout, progress on stderr.
+///
+/// # Errors
+/// [`Config::check`]; a model that does not resolve or load; `--directions` outside
+/// `2..=D`; `--normalize model` without a `preprocessor_config.json`; an `output.dir` holding
+/// another run; a failed computation or write.
+pub fn run(config: &Config, output: &Output, ctx: &RunContext) -> Result<Report> {
+    config.check()?;
+    let several = config.models.len() > 1;
+    let stamp = timestamp();
+    let mut models = Vec::new();
+    for spec in &config.models {
+        let out = Output {
+            dir: match (&output.dir, several) {
+                (Some(o), false) => Some(o.clone()),
+                (Some(o), true) => Some(o.join(slug(spec))),
+                (None, _) => None,
+            },
+            fresh: output.fresh,
+        };
+        models.push(run_model(config, spec, &out, ctx)?);
+    }
+    let comparison_dir = if several {
+        let dir = output
+            .dir
+            .clone()
+            .unwrap_or_else(|| runs_root("jer").join(format!("compare-{stamp}")));
+        write_comparison(&dir, &models)?;
+        Some(dir)
+    } else {
+        None
+    };
+    Ok(Report {
+        models,
+        comparison_dir,
+    })
+}
+
+/// `comparison.csv` and `spectrum.svg` of several models in `dir`, and the table on stdout.
+fn write_comparison(dir: &Path, models: &[ModelReport]) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let mut csv = String::from(
+        "model,jer_mean,jer_std,jer_ci95_low,jer_ci95_high,jer_cv,erank_mean,erank_std,run_dir\n",
+    );
+    println!(
+        "\n{:<40} {:>16} {:>16} {:>8}",
+        "model", "JER (mean±std)", "erank (mean±std)", "CV"
+    );
+    for s in models {
+        println!(
+            "{:<40} {:>9.3} ± {:<5.3} {:>9.3} ± {:<5.3} {:>8.4}",
+            s.model, s.jer.mean, s.jer.std, s.entropy_rank.mean, s.entropy_rank.std, s.jer.cv
+        );
+        // Kept as `format!`: Rust's float formatting (`1`, not the csv crate's `1.0`).
+        csv.push_str(&format!(
+            "{},{},{},{},{},{},{},{},{}\n",
+            s.model,
+            s.jer.mean,
+            s.jer.std,
+            s.jer.ci95_low,
+            s.jer.ci95_high,
+            s.jer.cv,
+            s.entropy_rank.mean,
+            s.entropy_rank.std,
+            s.run_dir.display()
+        ));
+    }
+    write_atomic(&dir.join("comparison.csv"), csv.as_bytes())?;
+    let series: Vec<(String, Vec<f64>)> = models
+        .iter()
+        .map(|s| (s.model.clone(), s.mean_spectrum.clone()))
+        .collect();
+    plot::spectrum_svg(&dir.join("spectrum.svg"), &series)?;
+    println!("comparison: {}", dir.display());
+    Ok(())
+}
+
+/// Opens `spec` on `device`; a failed load (not a failed resolve) names the model.
+fn open(spec: &str, device: &Device, dtype: Dtype) -> Result<Opened<Box<dyn VisionEncoder>>> {
+    open_vision(spec, device, &dtype.load_options()).map_err(|e| match e {
+        ModelError::Checkpoint(
+            CheckpointError::NotFound { .. } | CheckpointError::MissingFile { .. },
+        ) => e.into(),
+        e => anyhow::Error::new(e).context(format!("loading vision encoder of '{spec}'")),
+    })
+}
+
+fn run_model(
+    config: &Config,
+    spec: &str,
+    output: &Output,
+    ctx: &RunContext,
+) -> Result<ModelReport> {
+    let device = &ctx.device;
+    let ad = device.clone().autodiff();
+    let opened = open(spec, &ad, config.dtype)?;
+    let info = opened.model.info();
+    let (mean, std) = match config.normalize {
+        Normalize::Model => {
+            let p = ImageProcessor::for_checkpoint(&opened.checkpoint)?;
+            (p.image_mean, p.image_std)
+        }
+        Normalize::Imagenet => (IMAGENET_MEAN, IMAGENET_STD),
+    };
+    let [h, w] = config.image_size;
+    let paper = ProbeSpec::paper(h, w);
+    let identity = Identity {
+        model: spec.to_string(),
+        weights_sha256: opened.weights_sha256.clone(),
+        images: config.images,
+        seeds: config.seeds.clone(),
+        directions: config.directions,
+        estimator: config.estimator,
+        output: config.output,
+        normalize: Normalization {
+            mode: config.normalize,
+            mean,
+            std,
+        },
+        probe: PixelDistribution {
+            pixel_mean: paper.pixel_mean,
+            pixel_std: paper.pixel_std,
+            clip: [0.0, 1.0],
+        },
+        depth: config.depth,
+        size: config.image_size,
+        dtype: config.dtype,
+    };
+    let probe = identity.probe_spec();
+
+    // The differentiable map: final output, or every block's output then the final one.
+    let readout = identity.output;
+    let depth = identity.depth;
+    let m: &dyn VisionEncoder = opened.model.as_ref();
+    let f = move |x: Tensor<4>| -> Vec<Tensor<2>> {
+        if depth {
+            let out = m.forward_vision(
+                x,
+                ForwardOptions {
+                    output_hidden_states: true,
+                    output_attentions: false,
+                },
+            );
+            let hs = out.hidden_states.expect("hidden states requested");
+            hs.into_iter()
+                .skip(1)
+                .map(|h| m.readout(h, readout))
+                .collect()
+        } else {
+            vec![m.embed(x, readout)]
+        }
+    };
+    // Output dimensions from one forward pass without gradients.
+    let dims: Vec<usize> = {
+        let x = Tensor::<4>::zeros([1, 3, h, w], &ad);
+        f(x).iter().map(|y| y.dims()[1]).collect()
+    };
+    if dims.is_empty() {
+        bail!("'{spec}': the encoder produced no output to differentiate");
+    }
+    let k = identity.directions;
+    for &d in &dims {
+        if k < 2 || k > d {
+            bail!(
+                "--directions {k} is invalid for '{spec}': the {} output has dimension {d}; need 2 ≤ k ≤ {d}",
+                serde_json::to_string(&readout)?
+            );
+        }
+    }
+
+    let identity_json = serde_json::to_value(&identity)?;
+    let dir = output.run_dir("jer", &slug(spec), &identity_json)?;
+    let record = ctx.config_json(json!({
+        "study": "jer",
+        "identity": identity_json,
+        "model_info": info,
+        "chunk": config.chunk,
+        "checkpoint_files": opened.checkpoint.weights.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
+    }));
+    if !dir.join("config.json").exists() {
+        write_json(&dir.join("config.json"), &record)?;
+    }
+
+    // Resume: what is already in the log.
+    let log = dir.join("per_image.jsonl");
+    let mut done: BTreeMap<(u64, u64), ImageRecord> = BTreeMap::new();
+    for r in read_jsonl::<ImageRecord>(&log, "per-image")? {
+        done.insert((r.seed, r.image), r);
+    }
+    let seeds = &identity.seeds;
+    let total = (seeds.len() * identity.images) as u64;
+    let todo: Vec<(u64, u64)> = seeds
+        .iter()
+        .flat_map(|&s| (0..identity.images as u64).map(move |i| (s, i)))
+        .filter(|key| !done.contains_key(key))
+        .collect();
+    eprintln!(
+        "jer: {spec} ({}; {}×{}; k={k}; {}; {}) → {}{}",
+        info.model_type,
+        h,
+        w,
+        identity.estimator,
+        serde_json::to_string(&readout)?.trim_matches('"'),
+        dir.display(),
+        if done.is_empty() {
+            String::new()
+        } else {
+            format!(" (resuming: {} of {total} images done)", done.len())
+        }
+    );
+    let pb = progress(total, "images");
+    pb.set_position(done.len() as u64);
+    for (s, i) in todo {
+        let outputs = jer_at(
+            &f,
+            &probe,
+            &dims,
+            k,
+            identity.estimator,
+            s,
+            i,
+            config.chunk,
+            device,
+        )
+        .with_context(|| format!("'{spec}', seed {s}"))?;
+        let rec = ImageRecord {
+            seed: s,
+            image: i,
+            outputs,
+        };
+        append_jsonl(&log, &rec)?;
+        done.insert((s, i), rec);
+        pb.inc(1);
+    }
+    pb.finish_and_clear();
+
+    let records: Vec<ImageRecord> = done.into_values().collect();
+    let report = write_reports(&dir, spec, &records, seeds, depth)?;
+    println!(
+        "{spec}: JER = {:.3} ± {:.3} (95% CI {:.3}–{:.3}, CV {:.4}), entropy rank = {:.3} ± {:.3}, n = {}  [{}]",
+        report.jer.mean,
+        report.jer.std,
+        report.jer.ci95_low,
+        report.jer.ci95_high,
+        report.jer.cv,
+        report.entropy_rank.mean,
+        report.entropy_rank.std,
+        report.jer.n,
+        dir.display()
+    );
+    Ok(report)
+}
+
+/// The reports of one finished model run. CSV rows are written with `format!` (Rust's float
+/// formatting), as they always were: the csv crate would print `1.0` where these files have `1`.
+fn write_reports(
+    dir: &Path,
+    spec: &str,
+    records: &[ImageRecord],
+    seeds: &[u64],
+    depth: bool,
+) -> Result<ModelReport> {
+    let last = |r: &ImageRecord| r.outputs.last().cloned().expect("at least one output");
+    let jers: Vec<f64> = records.iter().map(|r| last(r).jer).collect();
+    let eranks: Vec<f64> = records.iter().map(|r| last(r).entropy_rank).collect();
+    let k = last(&records[0]).sigma.len();
+    let mut mean_spec = vec![0f64; k];
+    for r in records {
+        for (m, v) in mean_spec
+            .iter_mut()
+            .zip(normalized_spectrum(&last(r).sigma))
+        {
+            *m += v / records.len() as f64;
+        }
+    }
+    let jer = summarize(&jers);
+    let erank = summarize(&eranks);
+
+    let mut per_image = String::from("seed,image,jer,entropy_rank,sigma_max\n");
+    let mut spectrum = String::from("seed,image,index,sigma,normalized\n");
+    for r in records {
+        let o = last(r);
+        per_image.push_str(&format!(
+            "{},{},{},{},{}\n",
+            r.seed, r.image, o.jer, o.entropy_rank, o.sigma[0]
+        ));
+        for (i, (s, n)) in o
+            .sigma
+            .iter()
+            .zip(normalized_spectrum(&o.sigma))
+            .enumerate()
+        {
+            spectrum.push_str(&format!("{},{},{},{},{}\n", r.seed, r.image, i + 1, s, n));
+        }
+    }
+    write_atomic(&dir.join("per_image.csv"), per_image.as_bytes())?;
+    write_atomic(&dir.join("spectrum.csv"), spectrum.as_bytes())?;
+
+    let per_seed: Vec<serde_json::Value> = seeds
+        .iter()
+        .map(|&s| {
+            let v: Vec<f64> = records
+                .iter()
+                .filter(|r| r.seed == s)
+                .map(|r| last(r).jer)
+                .collect();
+            json!({ "seed": s, "jer": summarize(&v) })
+        })
+        .collect();
+    let seed_means: Vec<f64> = per_seed
+        .iter()
+        .map(|p| p["jer"]["mean"].as_f64().unwrap_or(f64::NAN))
+        .collect();
+    if seeds.len() > 1 {
+        let mut csv = String::from("seed,n,jer_mean,jer_std,jer_cv\n");
+        for p in &per_seed {
+            csv.push_str(&format!(
+                "{},{},{},{},{}\n",
+                p["seed"], p["jer"]["n"], p["jer"]["mean"], p["jer"]["std"], p["jer"]["cv"]
+            ));
+        }
+        write_atomic(&dir.join("seeds.csv"), csv.as_bytes())?;
+        println!("seed stability ({spec}):");
+        for p in &per_seed {
+            println!(
+                "  seed {:>6}: JER {:.3} ± {:.3}",
+                p["seed"],
+                p["jer"]["mean"].as_f64().unwrap_or(f64::NAN),
+                p["jer"]["std"].as_f64().unwrap_or(f64::NAN)
+            );
+        }
+        let across = summarize(&seed_means);
+        println!(
+            "  across seeds: {:.3} ± {:.3} (CV {:.4})",
+            across.mean, across.std, across.cv
+        );
+    }
+
+    let mut depth_json = serde_json::Value::Null;
+    if depth {
+        let blocks = records[0].outputs.len();
+        let mut csv = String::from("seed,image,block,jer,entropy_rank\n");
+        for r in records {
+            for (b, o) in r.outputs.iter().enumerate() {
+                csv.push_str(&format!(
+                    "{},{},{},{},{}\n",
+                    r.seed,
+                    r.image,
+                    b + 1,
+                    o.jer,
+                    o.entropy_rank
+                ));
+            }
+        }
+        write_atomic(&dir.join("depth.csv"), csv.as_bytes())?;
+        let profile: Vec<Summary> = (0..blocks)
+            .map(|b| summarize(&records.iter().map(|r| r.outputs[b].jer).collect::<Vec<_>>()))
+            .collect();
+        plot::depth_svg(&dir.join("depth.svg"), spec, &profile)?;
+        depth_json = json!(
+            profile
+                .iter()
+                .enumerate()
+                .map(|(b, s)| json!({"block": b + 1, "jer": s}))
+                .collect::<Vec<_>>()
+        );
+    }
+    plot::spectrum_svg(
+        &dir.join("spectrum.svg"),
+        &[(spec.to_string(), mean_spec.clone())],
+    )?;
+    write_json(
+        &dir.join("results.json"),
+        &json!({
+            "model": spec,
+            "jer": jer,
+            "entropy_rank": erank,
+            "normalized_spectrum_mean": mean_spec,
+            "per_seed": per_seed,
+            "seed_means": summarize(&seed_means),
+            "depth": depth_json,
+        }),
+    )?;
+    Ok(ModelReport {
+        model: spec.to_string(),
+        jer,
+        entropy_rank: erank,
+        mean_spectrum: mean_spec,
+        run_dir: dir.to_path_buf(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> Config {
+        Config {
+            models: vec!["m".into()],
+            images: 3,
+            seeds: vec![42],
+            directions: 4,
+            estimator: Estimator::OutputSketch,
+            chunk: 2,
+            output: VisionReadout::Summary,
+            normalize: Normalize::Imagenet,
+            depth: false,
+            image_size: [16, 24],
+            dtype: Dtype::F32,
+        }
+    }
+
+    /// The identity decides which run directory is resumed: it must keep the JSON that runs
+    /// recorded before it was a typed value.
+    #[test]
+    fn identity_serializes_as_recorded_runs_have_it() {
+        let paper = ProbeSpec::paper(16, 24);
+        let id = Identity {
+            model: "m".into(),
+            weights_sha256: "ab".into(),
+            images: 3,
+            seeds: vec![42, 7],
+            directions: 4,
+            estimator: Estimator::OutputSketch,
+            output: VisionReadout::MeanPatch,
+            normalize: Normalization {
+                mode: Normalize::Imagenet,
+                mean: IMAGENET_MEAN,
+                std: IMAGENET_STD,
+            },
+            probe: PixelDistribution {
+                pixel_mean: paper.pixel_mean,
+                pixel_std: paper.pixel_std,
+                clip: [0.0, 1.0],
+            },
+            depth: true,
+            size: [16, 24],
+            dtype: Dtype::Keep,
+        };
+        let recorded = json!({
+            "model": "m",
+            "weights_sha256": "ab",
+            "images": 3,
+            "seeds": [42, 7],
+            "directions": 4,
+            "estimator": "output-sketch",
+            "output": "mean-patch",
+            "normalize": { "mode": "imagenet", "mean": IMAGENET_MEAN, "std": IMAGENET_STD },
+            "probe": { "pixel_mean": paper.pixel_mean, "pixel_std": paper.pixel_std, "clip": [0.0, 1.0] },
+            "depth": true,
+            "size": [16, 24],
+            "dtype": "keep",
+        });
+        assert_eq!(serde_json::to_value(&id).unwrap(), recorded);
+        assert_eq!(id.probe_spec(), paper);
+    }
+
+    #[test]
+    fn check_names_the_flags() {
+        assert!(config().check().is_ok());
+        let fails = |c: Config, want: &str| {
+            let e = c.check().unwrap_err().to_string();
+            assert!(e.contains(want), "{e}");
+        };
+        fails(
+            Config {
+                seeds: vec![1, 2, 1],
+                ..config()
+            },
+            "seed 1 is given twice",
+        );
+        fails(
+            Config {
+                images: 0,
+                ..config()
+            },
+            "--images",
+        );
+        fails(
+            Config {
+                chunk: 0,
+                ..config()
+            },
+            "--chunk",
+        );
+        fails(
+            Config {
+                image_size: [0, 4],
+                ..config()
+            },
+            "sizes must be positive",
+        );
+    }
+
+    #[test]
+    fn config_round_trips_through_json() {
+        let c = config();
+        let v = serde_json::to_value(&c).unwrap();
+        assert_eq!(v["image_size"], json!([16, 24]));
+        assert_eq!(v["output"], "summary");
+        assert_eq!(serde_json::from_value::<Config>(v).unwrap(), c);
+    }
+}
