@@ -239,7 +239,8 @@ pub fn embed_items_text(
 /// `max_position_embeddings`).
 ///
 /// # Errors
-/// [`SaberError::Text`] for unreadable files or unknown model types.
+/// [`SaberError::Text`] for unreadable files or unknown model types; [`SaberError::Invalid`]
+/// for a `max_length` of 0 or beyond the model's `max_position_embeddings`.
 pub fn tokenizer_for(
     ckpt: &Checkpoint,
     tokenizer: Option<&Path>,
@@ -251,6 +252,15 @@ pub fn tokenizer_for(
     let mut policy = TextPolicy::from_config(&config)?;
     let st = ckpt.dir().join("sentence_bert_config.json");
     if let Some(n) = max_length {
+        // The model has no position embedding past its own length: refuse, as transformers does.
+        if n == 0 || n > policy.max_length {
+            return Err(SaberError::Invalid(format!(
+                "--max-length {n}: the text encoder of {} takes 1 to {} tokens \
+                 (max_position_embeddings of its config.json)",
+                ckpt.dir().display(),
+                policy.max_length
+            )));
+        }
         policy = policy.with_max_length(n);
     } else if st.is_file() {
         let text = std::fs::read_to_string(&st).map_err(|e| SaberError::io(&st, e))?;
