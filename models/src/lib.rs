@@ -138,6 +138,14 @@ pub struct ModelInfo {
     pub patch_size: usize,
 }
 
+impl ModelInfo {
+    /// Whether a vision input of `[H, W]` pixels holds at least one patch along each side (the
+    /// patch convolution has no output otherwise). Always true for text models.
+    pub fn holds_a_patch(&self, [h, w]: [usize; 2]) -> bool {
+        h >= self.patch_size && w >= self.patch_size
+    }
+}
+
 /// A frozen image encoder.
 ///
 /// Input is the preprocessed pixel tensor `pixel_values: [N, 3, H, W]` (already normalized);

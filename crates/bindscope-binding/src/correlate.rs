@@ -19,7 +19,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, anyhow, bail};
 use bindscope_core::plot::{COLORS, render};
-use bindscope_core::run::{Output, RunContext, read_json, runs_root, timestamp, write_json};
+use bindscope_core::run::{
+    Output, RunContext, new_run_dir, read_json, timestamp, write_csv_table, write_json,
+};
 use plotters::prelude::*;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -172,36 +174,37 @@ pub fn run(
         .flat_map(|m| m.keys().cloned())
         .filter(|k| !k.starts_with("binding_") && k != target)
         .collect();
-    let dir = output
-        .dir
-        .clone()
-        .unwrap_or_else(|| runs_root("correlate").join(timestamp()));
+    let dir = match &output.dir {
+        Some(d) => d.clone(),
+        None => new_run_dir("correlate", &timestamp())?,
+    };
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
 
     // The assembled table.
     let mut cols: Vec<String> = vec![target.clone()];
     cols.extend(metric_names.iter().cloned());
     cols.extend(config.covariates.iter().cloned());
-    let mut csv = format!("label,{},row\n", cols.join(","));
-    for r in &rows {
-        let vals: Vec<String> = cols
-            .iter()
-            .map(|c| r.get(c).map_or(String::new(), |v| v.to_string()))
-            .collect();
-        csv.push_str(&format!(
-            "{},{},{}\n",
-            r.label,
-            vals.join(","),
-            r.path.display()
-        ));
-    }
-    bindscope_core::fsutil::write_atomic(&dir.join("rows.csv"), csv.as_bytes())?;
+    let header: Vec<String> = std::iter::once("label".to_string())
+        .chain(cols.iter().cloned())
+        .chain(std::iter::once("row".to_string()))
+        .collect();
+    let records: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            std::iter::once(r.label.clone())
+                .chain(
+                    cols.iter()
+                        .map(|c| r.get(c).map_or(String::new(), |v| v.to_string())),
+                )
+                .chain(std::iter::once(r.path.display().to_string()))
+                .collect()
+        })
+        .collect();
+    write_csv_table(&dir.join("rows.csv"), &header, &records)?;
 
     // Per-metric statistics.
     let mut table: Vec<MetricCorrelation> = Vec::new();
-    let mut t2 = String::from(
-        "metric,n,pearson_r,pearson_p,partial_r,partial_p,partial_df,jackknife_significant,jackknife_subsets,jackknife_r_min,jackknife_r_max\n",
-    );
+    let mut t2: Vec<Vec<String>> = Vec::new();
     println!(
         "\nTable 2 — correlation with {} ({} rows)",
         target,
@@ -245,19 +248,22 @@ pub fn run(
             c.jackknife.significant,
             c.jackknife.subsets
         );
-        t2.push_str(&format!(
-            "{m},{},{},{},{},{},{},{},{},{},{}\n",
-            c.pearson.n,
-            c.pearson.r,
-            c.pearson.p,
-            pr,
-            pp,
-            pdf,
-            c.jackknife.significant,
-            c.jackknife.subsets,
-            c.jackknife.r_min,
-            c.jackknife.r_max
-        ));
+        t2.push(
+            [
+                m.clone(),
+                c.pearson.n.to_string(),
+                c.pearson.r.to_string(),
+                c.pearson.p.to_string(),
+                pr.to_string(),
+                pp.to_string(),
+                pdf.to_string(),
+                c.jackknife.significant.to_string(),
+                c.jackknife.subsets.to_string(),
+                c.jackknife.r_min.to_string(),
+                c.jackknife.r_max.to_string(),
+            ]
+            .to_vec(),
+        );
         let labels: Vec<String> = used.iter().map(|r| r.label.clone()).collect();
         scatter_svg(
             &dir.join(format!("scatter_{m}.svg")),
@@ -273,7 +279,7 @@ pub fn run(
         )?;
         table.push(c);
     }
-    bindscope_core::fsutil::write_atomic(&dir.join("table2.csv"), t2.as_bytes())?;
+    write_csv_table(&dir.join("table2.csv"), &TABLE2_HEADER, &t2)?;
 
     // OLS of the target on the chosen predictors.
     let predictors = &config.ols;
@@ -397,3 +403,18 @@ fn scatter_svg(path: &Path, s: &Scatter) -> Result<()> {
         Ok(())
     })
 }
+
+/// The columns of `table2.csv`: one row per metric, its correlation with the target.
+const TABLE2_HEADER: [&str; 11] = [
+    "metric",
+    "n",
+    "pearson_r",
+    "pearson_p",
+    "partial_r",
+    "partial_p",
+    "partial_df",
+    "jackknife_significant",
+    "jackknife_subsets",
+    "jackknife_r_min",
+    "jackknife_r_max",
+];

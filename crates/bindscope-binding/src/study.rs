@@ -40,7 +40,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, anyhow, bail};
 use bindscope_core::Checkpoint;
 use bindscope_core::options::{Dtype, Normalize};
-use bindscope_core::run::{Output, RunContext, progress, read_jsonl, runs_root, slug, write_json};
+use bindscope_core::run::{
+    Output, Plain, RunContext, progress, read_jsonl, runs_root, slug, write_csv, write_json,
+};
 use bindscope_data::image::{ImageError, ImageProcessor, ProcessorKind, RgbImage};
 use bindscope_jer::probe::{IMAGENET_MEAN, IMAGENET_STD};
 use bindscope_models::registry::{Opened, open_vision};
@@ -181,16 +183,66 @@ pub fn materialize_random(root: &Path, what: &str, seed: u64, device: &Device) -
             .unwrap_or_else(|| "custom".into());
         (format!("{}-random", slug(&stem)), text)
     };
-    let dir = root.join(format!("{name}-seed{seed}"));
-    if dir.join("model.safetensors").is_file() && dir.join("config.json").is_file() {
+    let cfg: serde_json::Value = serde_json::from_str(&config_text)
+        .with_context(|| format!("--random-init {what}: invalid config JSON"))?;
+    let mt = cfg.get("model_type").and_then(|m| m.as_str()).unwrap_or("");
+    if !matches!(mt, "vit" | "dinov2") {
+        bail!("--random-init {what}: model_type '{mt}' is not supported (vit, dinov2)");
+    }
+    // A directory built from another config with the same name (two `m/config.json` of
+    // different sizes) is not reused: this config then gets a name with its hash.
+    let mut dir = root.join(format!("{name}-seed{seed}"));
+    if holds_another_config(&dir, &cfg)? {
+        let hash = bindscope_core::train::Fingerprint::new().json(&cfg).hex();
+        dir = root.join(format!("{name}-{}-seed{seed}", &hash[..8]));
+    }
+    if dir.join("model.safetensors").is_file() && !holds_another_config(&dir, &cfg)? {
         return Ok(dir);
     }
-    let cfg: serde_json::Value =
-        serde_json::from_str(&config_text).context("--random-init: invalid config JSON")?;
-    let mt = cfg.get("model_type").and_then(|m| m.as_str()).unwrap_or("");
-    let tmp = dir.with_file_name(format!(".{name}-seed{seed}.tmp"));
+    let dir_name = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.with_file_name(format!(".{dir_name}.tmp"));
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir_all(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+    let built = build_random(&cfg, mt, what, &name, seed, &tmp, &dir, device);
+    if built.is_err() {
+        let _ = std::fs::remove_dir_all(&tmp);
+    }
+    built?;
+    std::fs::rename(&tmp, &dir)
+        .with_context(|| format!("moving {} to {}", tmp.display(), dir.display()))?;
+    Ok(dir)
+}
+
+/// Whether `dir` holds a materialised initialisation of a config other than `cfg` (its
+/// `config.json` without the `bindscope_random_init` record differs).
+fn holds_another_config(dir: &Path, cfg: &serde_json::Value) -> Result<bool> {
+    let path = dir.join("config.json");
+    if !path.is_file() {
+        return Ok(false);
+    }
+    let mut there: serde_json::Value = bindscope_core::run::read_json(&path)?;
+    if let Some(o) = there.as_object_mut() {
+        o.remove("bindscope_random_init");
+    }
+    Ok(&there != cfg)
+}
+
+/// Builds the random initialisation of `cfg` (`model_type` `mt`) into the temporary
+/// directory `tmp`: `model.safetensors` and `config.json`.
+#[allow(clippy::too_many_arguments)]
+fn build_random(
+    cfg: &serde_json::Value,
+    mt: &str,
+    what: &str,
+    name: &str,
+    seed: u64,
+    tmp: &Path,
+    dir: &Path,
+    device: &Device,
+) -> Result<()> {
     let weights = tmp.join("model.safetensors");
     eprintln!(
         "random-init: building {name} (model_type {mt}, seed {seed}) → {}",
@@ -214,15 +266,13 @@ pub fn materialize_random(root: &Path, what: &str, seed: u64, device: &Device) -
                 &weights,
             )
         }
-        other => bail!("--random-init: model_type '{other}' is not supported (vit, dinov2)"),
+        other => unreachable!("model_type '{other}' was checked before building"),
     };
     saved.map_err(|e| anyhow!("saving {}: {e:?}", weights.display()))?;
-    let mut cfg = cfg;
+    let mut cfg = cfg.clone();
     cfg["bindscope_random_init"] = json!({ "seed": seed, "init": "every weight matrix and embedding normal(0, 0.02) drawn in module order after Device::seed(seed) (bindscope_models::randomize); rank-1 parameters as the constructor sets them", "source": what });
     write_json(&tmp.join("config.json"), &cfg)?;
-    std::fs::rename(&tmp, &dir)
-        .with_context(|| format!("moving {} to {}", tmp.display(), dir.display()))?;
-    Ok(dir)
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -251,6 +301,24 @@ impl SceneConfig {
             image_size: self.image_size,
             antialias: self.antialias,
         }
+    }
+
+    /// Refuses a canvas smaller than one patch of the model `info` describes (`spec`): scenes
+    /// are fed at their canvas size unless the checkpoint's processor resizes them.
+    ///
+    /// # Errors
+    /// The canvas is smaller than a patch.
+    pub fn check_fits(&self, info: &ModelInfo, spec: &str) -> Result<()> {
+        if self.normalize == Normalize::Imagenet
+            && !info.holds_a_patch([self.image_size, self.image_size])
+        {
+            bail!(
+                "--image-size {} is smaller than one {p}×{p} patch of '{spec}'",
+                self.image_size,
+                p = info.patch_size
+            );
+        }
+        Ok(())
     }
 
     /// Checks the sizes.
@@ -482,38 +550,39 @@ pub fn binding_on_bank(
 ) -> Result<Vec<BindingResult>> {
     let trials = binding_trials(seed, trials);
     let mut out = Vec::new();
-    let mut csv = String::from(
-        "trial,readout,query,cand0,cand1,cand2,cand3,kind0,kind1,kind2,kind3,target,chosen,chosen_kind,correct,score0,score1,score2,score3\n",
-    );
+    let mut rows = Vec::new();
     for r in readouts {
         let res = evaluate_binding(bank, &trials, *r).map_err(|e| anyhow!(e))?;
         for (t, o) in trials.iter().zip(&res.outcomes) {
-            csv.push_str(&format!(
-                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
-                t.index,
-                r.name(),
-                t.query.name(),
-                t.candidates[0].name(),
-                t.candidates[1].name(),
-                t.candidates[2].name(),
-                t.candidates[3].name(),
-                kind_name(t.kinds[0]),
-                kind_name(t.kinds[1]),
-                kind_name(t.kinds[2]),
-                kind_name(t.kinds[3]),
-                t.target_index(),
-                o.chosen,
-                kind_name(o.chosen_kind),
-                (o.chosen == t.target_index()) as u8,
-                o.scores[0].0,
-                o.scores[1].0,
-                o.scores[2].0,
-                o.scores[3].0
-            ));
+            let [cand0, cand1, cand2, cand3] =
+                t.candidates.each_ref().map(|c| c.name().to_string());
+            let [kind0, kind1, kind2, kind3] = t.kinds.map(kind_name);
+            let [score0, score1, score2, score3] = [0, 1, 2, 3].map(|i| Plain(o.scores[i].0));
+            rows.push(TrialRow {
+                trial: t.index,
+                readout: r.name().to_string(),
+                query: t.query.name().to_string(),
+                cand0,
+                cand1,
+                cand2,
+                cand3,
+                kind0,
+                kind1,
+                kind2,
+                kind3,
+                target: t.target_index(),
+                chosen: o.chosen,
+                chosen_kind: kind_name(o.chosen_kind),
+                correct: u8::from(o.chosen == t.target_index()),
+                score0,
+                score1,
+                score2,
+                score3,
+            });
         }
         out.push(res);
     }
-    bindscope_core::fsutil::write_atomic(&dir.join("binding_trials.csv"), csv.as_bytes())?;
+    write_csv(&dir.join("binding_trials.csv"), &rows)?;
     Ok(out)
 }
 
@@ -533,27 +602,78 @@ pub fn samediff_on_bank(
     }
     let pairs = samediff_pairs(seed, pairs);
     let res = evaluate_samediff(bank, &pairs);
-    let mut csv = String::from("pair,kind,a,b,cosine_distance,predicted_same,correct\n");
+    let mut rows = Vec::new();
     for (p, d) in pairs.iter().zip(&res.distances) {
         let pred = *d <= res.threshold;
-        csv.push_str(&format!(
-            "{},{},{},{},{},{},{}\n",
-            p.index,
-            serde_json::to_value(p.kind)?.as_str().unwrap_or("?"),
-            p.a.name(),
-            p.b.name(),
-            d,
-            pred as u8,
-            (pred == p.kind.is_same()) as u8
-        ));
+        rows.push(PairRow {
+            pair: p.index,
+            kind: serde_json::to_value(p.kind)?
+                .as_str()
+                .unwrap_or("?")
+                .to_string(),
+            a: p.a.name().to_string(),
+            b: p.b.name().to_string(),
+            cosine_distance: Plain(*d),
+            predicted_same: u8::from(pred),
+            correct: u8::from(pred == p.kind.is_same()),
+        });
     }
-    bindscope_core::fsutil::write_atomic(&dir.join("samediff_pairs.csv"), csv.as_bytes())?;
-    let mut sweep = String::from("percentile,threshold,accuracy\n");
-    for (p, t, a) in &res.sweep {
-        sweep.push_str(&format!("{p},{t},{a}\n"));
-    }
-    bindscope_core::fsutil::write_atomic(&dir.join("samediff_sweep.csv"), sweep.as_bytes())?;
+    write_csv(&dir.join("samediff_pairs.csv"), &rows)?;
+    let sweep: Vec<SweepRow> = res
+        .sweep
+        .iter()
+        .map(|&(p, t, a)| SweepRow {
+            percentile: Plain(p),
+            threshold: Plain(t),
+            accuracy: Plain(a),
+        })
+        .collect();
+    write_csv(&dir.join("samediff_sweep.csv"), &sweep)?;
     Ok(res)
+}
+
+/// A row of `binding_trials.csv`: one trial under one readout.
+#[derive(Serialize)]
+struct TrialRow {
+    trial: usize,
+    readout: String,
+    query: String,
+    cand0: String,
+    cand1: String,
+    cand2: String,
+    cand3: String,
+    kind0: &'static str,
+    kind1: &'static str,
+    kind2: &'static str,
+    kind3: &'static str,
+    target: usize,
+    chosen: usize,
+    chosen_kind: &'static str,
+    correct: u8,
+    score0: Plain,
+    score1: Plain,
+    score2: Plain,
+    score3: Plain,
+}
+
+/// A row of `samediff_pairs.csv`.
+#[derive(Serialize)]
+struct PairRow {
+    pair: usize,
+    kind: String,
+    a: String,
+    b: String,
+    cosine_distance: Plain,
+    predicted_same: u8,
+    correct: u8,
+}
+
+/// A row of `samediff_sweep.csv`.
+#[derive(Serialize)]
+struct SweepRow {
+    percentile: Plain,
+    threshold: Plain,
+    accuracy: Plain,
 }
 
 /// A binding result as `results.json` and `row.json` record it (the per-trial outcomes are in
@@ -719,6 +839,7 @@ impl BankRun {
         device: &Device,
     ) -> Result<Self> {
         let (spec, opened) = encoder.open(device)?;
+        scenes.check_fits(&opened.model.info(), &spec)?;
         let proc = scene_processor(&opened.checkpoint, scenes.normalize)?;
         if let Some(d) = dump_images {
             dump_scenes(d, &scenes.render_spec())?;
@@ -912,6 +1033,45 @@ pub fn run_samediff(
 mod tests {
     use super::*;
     use crate::readout::threshold_accuracy;
+
+    /// Two configs in folders of the same name (`a/m`, `b/m`) are materialised apart; the same
+    /// config again reuses its directory; an unsupported `model_type` leaves nothing behind.
+    #[test]
+    fn random_inits_of_different_configs_never_share_a_directory() {
+        let tmp = tempfile::tempdir().unwrap();
+        let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/jer");
+        let base: serde_json::Value = bindscope_core::run::read_json(&fixture.join("config.json"))
+            .expect("the JER fixture config");
+        let mut one_layer = base.clone();
+        one_layer["num_hidden_layers"] = 1.into();
+        let mut bert = base.clone();
+        bert["model_type"] = "bert".into();
+        let write = |sub: &str, cfg: &serde_json::Value| {
+            let d = tmp.path().join(sub);
+            std::fs::create_dir_all(&d).unwrap();
+            let p = d.join("config.json");
+            std::fs::write(&p, cfg.to_string()).unwrap();
+            p.display().to_string()
+        };
+        let (a, b, c) = (
+            write("a/m", &base),
+            write("b/m", &one_layer),
+            write("c/m", &bert),
+        );
+        let root = tmp.path().join("runs");
+        let device = bindscope_core::device::test_device();
+        let da = materialize_random(&root, &a, 0, &device).unwrap();
+        let db = materialize_random(&root, &b, 0, &device).unwrap();
+        assert_ne!(da, db, "another config must not reuse {}", da.display());
+        assert_eq!(materialize_random(&root, &b, 0, &device).unwrap(), db);
+        assert_eq!(materialize_random(&root, &a, 0, &device).unwrap(), da);
+        let err = materialize_random(&root, &c, 0, &device)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("model_type 'bert' is not supported"), "{err}");
+        let left: Vec<_> = std::fs::read_dir(&root).unwrap().collect();
+        assert_eq!(left.len(), 2, "no temporary directory left: {left:?}");
+    }
 
     fn scenes() -> SceneConfig {
         SceneConfig {

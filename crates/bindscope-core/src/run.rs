@@ -6,11 +6,16 @@
 //!   versions, device, time), one schema written by one function;
 //! - [`read_jsonl`] / [`append_jsonl`]: append-only JSON-lines resume logs that survive an
 //!   interruption mid-line;
-//! - [`write_json`], [`read_json`], [`write_csv`]: atomic outputs ([`crate::fsutil`]), CSV through
-//!   the `csv` crate (quoting included) from serde rows.
+//! - [`write_json`], [`read_json`], [`write_csv`], [`write_csv_table`]: atomic outputs
+//!   ([`crate::fsutil`]), CSV through the `csv` crate (quoting included) from serde rows, numbers
+//!   in Rust's `{}` form through [`Plain`];
+//! - [`RunContext`] (the device and build facts a study runs with) and [`Output`] (`--out`,
+//!   `--fresh`).
 //!
-//! The identity of a run is whatever the study serializes as its configuration: two runs with
-//! equal identities compute the same numbers, so a second invocation resumes the first.
+//! The identity of a run is the serialization of the typed value the study computes from: its
+//! `Config` resolved for one model or scene bank (checkpoint sha256, normalization, sizes), as
+//! each study's `study` module defines it. Two runs with equal identities compute the same
+//! numbers, so a second invocation resumes the first.
 
 use std::path::{Path, PathBuf};
 
@@ -106,6 +111,19 @@ pub fn read_json<T: DeserializeOwned>(path: &Path) -> Result<T, RunError> {
     })
 }
 
+/// A field written as its `Display` form: for `f64` (the default) Rust's `{}` (`1`, `0.25`,
+/// `-2`, `NaN`), the text every bindscope CSV holds. Serde's own float form, which the `csv`
+/// crate uses, would write `1.0`; wrap the number fields of a [`write_csv`] row in this to keep
+/// the files' form.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Plain<T = f64>(pub T);
+
+impl<T: std::fmt::Display> Serialize for Plain<T> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(&self.0)
+    }
+}
+
 /// Writes `rows` as CSV atomically: a header from the first row's field names, then one
 /// record per row, quoted where a field needs it (RFC 4180, the `csv` crate).
 ///
@@ -120,6 +138,34 @@ pub fn write_csv<T: Serialize>(path: &Path, rows: &[T]) -> Result<(), RunError> 
                 path: path.display().to_string(),
                 source,
             })?;
+        }
+        w.flush()
+            .map_err(io(format!("writing {}", path.display())))?;
+    }
+    fsutil::write_atomic(path, &buf).map_err(io(format!("writing {}", path.display())))
+}
+
+/// Writes a CSV table whose columns are known only at run time atomically: `header`, then one
+/// record per row (each as long as the header), quoted where a field needs it.
+///
+/// # Errors
+/// [`RunError::Csv`] (e.g. a row of another length than the header) / [`RunError::Io`] naming
+/// the file.
+pub fn write_csv_table<H: AsRef<[u8]>, F: AsRef<[u8]>>(
+    path: &Path,
+    header: &[H],
+    rows: &[Vec<F>],
+) -> Result<(), RunError> {
+    let mut buf = Vec::new();
+    {
+        let mut w = csv::Writer::from_writer(&mut buf);
+        let csv_err = |source| RunError::Csv {
+            path: path.display().to_string(),
+            source,
+        };
+        w.write_record(header).map_err(csv_err)?;
+        for r in rows {
+            w.write_record(r).map_err(csv_err)?;
         }
         w.flush()
             .map_err(io(format!("writing {}", path.display())))?;
@@ -205,7 +251,8 @@ impl Output {
 
 /// The run directory for a run with `identity`: `out` if given (empty, or holding a run with
 /// this identity), else the newest `runs/<study>/<name>-*` with this identity (unless `fresh`),
-/// else a new `runs/<study>/<name>-<timestamp>`. The identity is compared with the
+/// else a new `runs/<study>/<name>-<timestamp>` (with `-2`, `-3`, … when a run started in the
+/// same second took that name). The identity is compared with the
 /// `"identity"` field of each candidate's `config.json`.
 ///
 /// # Errors
@@ -273,9 +320,35 @@ pub fn run_dir(
             }
         }
     }
-    let dir = root.join(format!("{prefix}{}", timestamp()));
-    std::fs::create_dir_all(&dir).map_err(io(format!("creating {}", dir.display())))?;
-    Ok(dir)
+    new_dir(&root, &format!("{prefix}{}", timestamp()))
+}
+
+/// A new, empty run directory `runs/<study>/<name>` (`name` usually ends in a [`timestamp`]),
+/// never one another run already took: `-2`, `-3`, … are appended when the name is taken.
+///
+/// # Errors
+/// [`RunError::Io`] when the directory cannot be created.
+pub fn new_run_dir(study: &str, name: &str) -> Result<PathBuf, RunError> {
+    new_dir(&runs_root(study), name)
+}
+
+/// Creates a directory `root/<base>` that did not exist before (`root/<base>-2`, `-3`, … when
+/// the name is taken: two runs started in the same second must not share a directory).
+fn new_dir(root: &Path, base: &str) -> Result<PathBuf, RunError> {
+    std::fs::create_dir_all(root).map_err(io(format!("creating {}", root.display())))?;
+    for n in 1u32.. {
+        let dir = if n == 1 {
+            root.join(base)
+        } else {
+            root.join(format!("{base}-{n}"))
+        };
+        match std::fs::create_dir(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(io(format!("creating {}", dir.display()))(e)),
+        }
+    }
+    unreachable!("a free directory name exists below u32::MAX")
 }
 
 /// The fields in which two run identities differ, as `key: <there> there vs <now> now; …`.
@@ -533,6 +606,39 @@ mod tests {
             std::fs::read_to_string(&p).unwrap(),
             "name,value\nplain,1.5\n\"a, \"\"b\"\"\",-2.0\n"
         );
+        // `Plain` keeps Rust's `{}` form of a number.
+        #[derive(Serialize)]
+        struct PlainRow {
+            value: Plain,
+        }
+        let rows = [-2.0, 1.0, 0.25, f64::NAN, 1e-7].map(|v| PlainRow { value: Plain(v) });
+        write_csv(&p, &rows).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&p).unwrap(),
+            "value\n-2\n1\n0.25\nNaN\n0.0000001\n"
+        );
+    }
+
+    #[test]
+    fn new_run_directories_are_never_shared() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = new_dir(dir.path(), "m-20261201-120000").unwrap();
+        let b = new_dir(dir.path(), "m-20261201-120000").unwrap();
+        let c = new_dir(dir.path(), "m-20261201-120000").unwrap();
+        assert_eq!(a, dir.path().join("m-20261201-120000"));
+        assert_eq!(b, dir.path().join("m-20261201-120000-2"));
+        assert_eq!(c, dir.path().join("m-20261201-120000-3"));
+    }
+
+    #[test]
+    fn a_table_is_quoted_and_its_row_lengths_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.csv");
+        let header = ["label", "x"].map(String::from);
+        write_csv_table(&p, &header, &[vec!["a,b", "1"]]).unwrap();
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), "label,x\n\"a,b\",1\n");
+        let err = write_csv_table(&p, &header, &[vec!["a"]]).unwrap_err();
+        assert!(err.to_string().contains("t.csv"), "{err}");
     }
 
     #[test]

@@ -29,7 +29,7 @@
 //! label-defining change; a histogram-only readout has `S_b = 0` (NSR = ∞, reported as `null`
 //! in JSON).
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 
 pub use crate::probe::{paired_accuracy, top1};
 
@@ -39,13 +39,22 @@ pub struct FlipStats {
     /// Number of counterfactuals.
     pub n: usize,
     /// Fraction whose prediction equals the counterfactual label.
+    #[serde(deserialize_with = "nan_if_null")]
     pub flip: f64,
     /// Number of counterfactuals whose base scene was classified correctly.
     pub n_base_correct: usize,
-    /// Flip rate among those.
+    /// Flip rate among those (NaN when no base scene was classified correctly).
+    #[serde(deserialize_with = "nan_if_null")]
     pub flip_given_base_correct: f64,
     /// Fraction whose prediction equals the base scene's prediction.
+    #[serde(deserialize_with = "nan_if_null")]
     pub stay: f64,
+}
+
+/// A rate as a resume log holds it: serde_json writes NaN (an undefined rate, e.g. no base
+/// scene classified correctly) as `null`, which reads back as NaN.
+fn nan_if_null<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
 }
 
 /// Flip statistics; `base_of[k]` is the index (into `base_pred` / `base_y`) of counterfactual
@@ -181,6 +190,18 @@ pub fn nsr(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_undefined_flip_rate_survives_the_resume_log() {
+        // No base scene classified correctly: the conditional rate is NaN, written as null.
+        let s = flip_stats(&[0, 0], &[1, 1], &[0, 1], &[0, 0], &[1, 1]);
+        assert!(s.flip_given_base_correct.is_nan());
+        let line = serde_json::to_string(&s).unwrap();
+        assert!(line.contains("\"flip_given_base_correct\":null"), "{line}");
+        let back: FlipStats = serde_json::from_str(&line).unwrap();
+        assert!(back.flip_given_base_correct.is_nan());
+        assert_eq!((back.n, back.flip, back.stay), (s.n, s.flip, s.stay));
+    }
 
     #[test]
     fn flip_rate_by_hand() {

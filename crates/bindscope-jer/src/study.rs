@@ -18,10 +18,10 @@ use crate::probe::{IMAGENET_MEAN, IMAGENET_STD, ProbeSpec};
 use crate::{Estimator, OutputSpectrum, Summary, jer_at, normalized_spectrum, plot, summarize};
 use anyhow::{Context, Result, bail};
 use bindscope_core::CheckpointError;
-use bindscope_core::fsutil::write_atomic;
 use bindscope_core::options::{Dtype, Normalize};
 use bindscope_core::run::{
-    Output, RunContext, append_jsonl, progress, read_jsonl, runs_root, slug, timestamp, write_json,
+    Output, Plain, RunContext, append_jsonl, new_run_dir, progress, read_jsonl, slug, timestamp,
+    write_csv, write_json,
 };
 use bindscope_data::image::ImageProcessor;
 use bindscope_models::registry::{Opened, open_vision};
@@ -219,10 +219,10 @@ pub fn run(config: &Config, output: &Output, ctx: &RunContext) -> Result<Report>
         models.push(run_model(config, spec, &out, ctx)?);
     }
     let comparison_dir = if several {
-        let dir = output
-            .dir
-            .clone()
-            .unwrap_or_else(|| runs_root("jer").join(format!("compare-{stamp}")));
+        let dir = match &output.dir {
+            Some(d) => d.clone(),
+            None => new_run_dir("jer", &format!("compare-{stamp}"))?,
+        };
         write_comparison(&dir, &models)?;
         Some(dir)
     } else {
@@ -237,33 +237,29 @@ pub fn run(config: &Config, output: &Output, ctx: &RunContext) -> Result<Report>
 /// `comparison.csv` and `spectrum.svg` of several models in `dir`, and the table on stdout.
 fn write_comparison(dir: &Path, models: &[ModelReport]) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let mut csv = String::from(
-        "model,jer_mean,jer_std,jer_ci95_low,jer_ci95_high,jer_cv,erank_mean,erank_std,run_dir\n",
-    );
     println!(
         "\n{:<40} {:>16} {:>16} {:>8}",
         "model", "JER (mean±std)", "erank (mean±std)", "CV"
     );
+    let mut rows = Vec::new();
     for s in models {
         println!(
             "{:<40} {:>9.3} ± {:<5.3} {:>9.3} ± {:<5.3} {:>8.4}",
             s.model, s.jer.mean, s.jer.std, s.entropy_rank.mean, s.entropy_rank.std, s.jer.cv
         );
-        // Kept as `format!`: Rust's float formatting (`1`, not the csv crate's `1.0`).
-        csv.push_str(&format!(
-            "{},{},{},{},{},{},{},{},{}\n",
-            s.model,
-            s.jer.mean,
-            s.jer.std,
-            s.jer.ci95_low,
-            s.jer.ci95_high,
-            s.jer.cv,
-            s.entropy_rank.mean,
-            s.entropy_rank.std,
-            s.run_dir.display()
-        ));
+        rows.push(ComparisonRow {
+            model: &s.model,
+            jer_mean: Plain(s.jer.mean),
+            jer_std: Plain(s.jer.std),
+            jer_ci95_low: Plain(s.jer.ci95_low),
+            jer_ci95_high: Plain(s.jer.ci95_high),
+            jer_cv: Plain(s.jer.cv),
+            erank_mean: Plain(s.entropy_rank.mean),
+            erank_std: Plain(s.entropy_rank.std),
+            run_dir: s.run_dir.display().to_string(),
+        });
     }
-    write_atomic(&dir.join("comparison.csv"), csv.as_bytes())?;
+    write_csv(&dir.join("comparison.csv"), &rows)?;
     let series: Vec<(String, Vec<f64>)> = models
         .iter()
         .map(|s| (s.model.clone(), s.mean_spectrum.clone()))
@@ -301,6 +297,12 @@ fn run_model(
         Normalize::Imagenet => (IMAGENET_MEAN, IMAGENET_STD),
     };
     let [h, w] = config.image_size;
+    if !info.holds_a_patch(config.image_size) {
+        bail!(
+            "--image-size {h}x{w} is smaller than one {p}×{p} patch of '{spec}'",
+            p = info.patch_size
+        );
+    }
     let paper = ProbeSpec::paper(h, w);
     let identity = Identity {
         model: spec.to_string(),
@@ -474,25 +476,34 @@ fn write_reports(
     let jer = summarize(&jers);
     let erank = summarize(&eranks);
 
-    let mut per_image = String::from("seed,image,jer,entropy_rank,sigma_max\n");
-    let mut spectrum = String::from("seed,image,index,sigma,normalized\n");
+    let mut per_image = Vec::new();
+    let mut spectrum = Vec::new();
     for r in records {
         let o = last(r);
-        per_image.push_str(&format!(
-            "{},{},{},{},{}\n",
-            r.seed, r.image, o.jer, o.entropy_rank, o.sigma[0]
-        ));
+        per_image.push(PerImageRow {
+            seed: r.seed,
+            image: r.image,
+            jer: Plain(o.jer),
+            entropy_rank: Plain(o.entropy_rank),
+            sigma_max: Plain(o.sigma[0]),
+        });
         for (i, (s, n)) in o
             .sigma
             .iter()
             .zip(normalized_spectrum(&o.sigma))
             .enumerate()
         {
-            spectrum.push_str(&format!("{},{},{},{},{}\n", r.seed, r.image, i + 1, s, n));
+            spectrum.push(SpectrumRow {
+                seed: r.seed,
+                image: r.image,
+                index: i + 1,
+                sigma: Plain(*s),
+                normalized: Plain(n),
+            });
         }
     }
-    write_atomic(&dir.join("per_image.csv"), per_image.as_bytes())?;
-    write_atomic(&dir.join("spectrum.csv"), spectrum.as_bytes())?;
+    write_csv(&dir.join("per_image.csv"), &per_image)?;
+    write_csv(&dir.join("spectrum.csv"), &spectrum)?;
 
     let per_seed: Vec<serde_json::Value> = seeds
         .iter()
@@ -510,14 +521,18 @@ fn write_reports(
         .map(|p| p["jer"]["mean"].as_f64().unwrap_or(f64::NAN))
         .collect();
     if seeds.len() > 1 {
-        let mut csv = String::from("seed,n,jer_mean,jer_std,jer_cv\n");
-        for p in &per_seed {
-            csv.push_str(&format!(
-                "{},{},{},{},{}\n",
-                p["seed"], p["jer"]["n"], p["jer"]["mean"], p["jer"]["std"], p["jer"]["cv"]
-            ));
-        }
-        write_atomic(&dir.join("seeds.csv"), csv.as_bytes())?;
+        // The numbers as their JSON text (`1.0`), the form this file has always had.
+        let rows: Vec<SeedRow<'_>> = per_seed
+            .iter()
+            .map(|p| SeedRow {
+                seed: Plain(&p["seed"]),
+                n: Plain(&p["jer"]["n"]),
+                jer_mean: Plain(&p["jer"]["mean"]),
+                jer_std: Plain(&p["jer"]["std"]),
+                jer_cv: Plain(&p["jer"]["cv"]),
+            })
+            .collect();
+        write_csv(&dir.join("seeds.csv"), &rows)?;
         println!("seed stability ({spec}):");
         for p in &per_seed {
             println!(
@@ -537,20 +552,19 @@ fn write_reports(
     let mut depth_json = serde_json::Value::Null;
     if depth {
         let blocks = records[0].outputs.len();
-        let mut csv = String::from("seed,image,block,jer,entropy_rank\n");
-        for r in records {
-            for (b, o) in r.outputs.iter().enumerate() {
-                csv.push_str(&format!(
-                    "{},{},{},{},{}\n",
-                    r.seed,
-                    r.image,
-                    b + 1,
-                    o.jer,
-                    o.entropy_rank
-                ));
-            }
-        }
-        write_atomic(&dir.join("depth.csv"), csv.as_bytes())?;
+        let rows: Vec<DepthRow> = records
+            .iter()
+            .flat_map(|r| {
+                r.outputs.iter().enumerate().map(|(b, o)| DepthRow {
+                    seed: r.seed,
+                    image: r.image,
+                    block: b + 1,
+                    jer: Plain(o.jer),
+                    entropy_rank: Plain(o.entropy_rank),
+                })
+            })
+            .collect();
+        write_csv(&dir.join("depth.csv"), &rows)?;
         let profile: Vec<Summary> = (0..blocks)
             .map(|b| summarize(&records.iter().map(|r| r.outputs[b].jer).collect::<Vec<_>>()))
             .collect();
@@ -586,6 +600,60 @@ fn write_reports(
         mean_spectrum: mean_spec,
         run_dir: dir.to_path_buf(),
     })
+}
+
+/// A row of `comparison.csv`.
+#[derive(Serialize)]
+struct ComparisonRow<'a> {
+    model: &'a str,
+    jer_mean: Plain,
+    jer_std: Plain,
+    jer_ci95_low: Plain,
+    jer_ci95_high: Plain,
+    jer_cv: Plain,
+    erank_mean: Plain,
+    erank_std: Plain,
+    run_dir: String,
+}
+
+/// A row of `per_image.csv`.
+#[derive(Serialize)]
+struct PerImageRow {
+    seed: u64,
+    image: u64,
+    jer: Plain,
+    entropy_rank: Plain,
+    sigma_max: Plain,
+}
+
+/// A row of `spectrum.csv`.
+#[derive(Serialize)]
+struct SpectrumRow {
+    seed: u64,
+    image: u64,
+    index: usize,
+    sigma: Plain,
+    normalized: Plain,
+}
+
+/// A row of `seeds.csv`.
+#[derive(Serialize)]
+struct SeedRow<'a> {
+    seed: Plain<&'a serde_json::Value>,
+    n: Plain<&'a serde_json::Value>,
+    jer_mean: Plain<&'a serde_json::Value>,
+    jer_std: Plain<&'a serde_json::Value>,
+    jer_cv: Plain<&'a serde_json::Value>,
+}
+
+/// A row of `depth.csv`.
+#[derive(Serialize)]
+struct DepthRow {
+    seed: u64,
+    image: u64,
+    block: usize,
+    jer: Plain,
+    entropy_rank: Plain,
 }
 
 #[cfg(test)]

@@ -18,7 +18,9 @@ use crate::report::{InputSummary, write_run};
 use crate::vocab::Vocabulary;
 use anyhow::{Context, Result, bail};
 use bindscope_core::options::Dtype;
-use bindscope_core::run::{Output, RunContext, progress, runs_root, slug, timestamp, write_json};
+use bindscope_core::run::{
+    Output, RunContext, new_run_dir, progress, runs_root, slug, timestamp, write_json,
+};
 use bindscope_data::image::ImageProcessor;
 use sha2::{Digest, Sha256};
 use std::path::PathBuf;
@@ -364,10 +366,10 @@ pub fn eval(config: &EvalConfig, output: &Output, ctx: &RunContext) -> Result<Ev
     let eval_s = t_eval.elapsed().as_secs_f64();
 
     let model_slug = slug(&config.model);
-    let dir = output
-        .dir
-        .clone()
-        .unwrap_or_else(|| runs_root("saber").join(format!("{model_slug}-{}", timestamp())));
+    let dir = match &output.dir {
+        Some(d) => d.clone(),
+        None => new_run_dir("saber", &format!("{model_slug}-{}", timestamp()))?,
+    };
     let record = serde_json::json!({
         "study": "saber",
         "identity": config,

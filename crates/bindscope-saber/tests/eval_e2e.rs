@@ -86,10 +86,10 @@ fn tiny_bert_end_to_end_with_report_and_bad_rows() {
     );
     // No position embedding past 40: a longer --max-length is refused (it was a panic in the
     // forward pass), 40 itself is accepted.
-    let err = tokenizer_for(&ckpt, Some(&tok_path), Some(41))
-        .err()
-        .expect("41 > max_position_embeddings")
-        .to_string();
+    let Err(err) = tokenizer_for(&ckpt, Some(&tok_path), Some(41)) else {
+        panic!("41 > max_position_embeddings must be refused");
+    };
+    let err = err.to_string();
     assert!(
         err.contains("--max-length 41") && err.contains("1 to 40"),
         "{err}"

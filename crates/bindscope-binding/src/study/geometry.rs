@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use bindscope_core::Checkpoint;
 use bindscope_core::options::{Dtype, Normalize};
-use bindscope_core::run::{Output, RunContext, progress, read_jsonl, write_json};
+use bindscope_core::run::{Output, Plain, RunContext, progress, read_jsonl, write_csv, write_json};
 use bindscope_data::image::{
     DecodeOptions, ImageError, ImageProcessor, ProcessorKind, ResizeTo, decode_file,
 };
@@ -261,12 +261,17 @@ pub fn compute(
     let global = global_geometry(&cloud).map_err(|e| anyhow::anyhow!(e))?;
     let all: Vec<usize> = (0..cloud.n).collect();
     let ev = covariance_eigenvalues(&cloud, &all).map_err(|e| anyhow::anyhow!(e))?;
-    let mut csv = String::from("index,eigenvalue,fraction\n");
     let total: f64 = ev.iter().sum();
-    for (i, l) in ev.iter().enumerate() {
-        csv.push_str(&format!("{},{},{}\n", i + 1, l, l / total));
-    }
-    bindscope_core::fsutil::write_atomic(&dir.join("eigenvalues.csv"), csv.as_bytes())?;
+    let eigen: Vec<EigenRow> = ev
+        .iter()
+        .enumerate()
+        .map(|(i, &l)| EigenRow {
+            index: i + 1,
+            eigenvalue: Plain(l),
+            fraction: Plain(l / total),
+        })
+        .collect();
+    write_csv(&dir.join("eigenvalues.csv"), &eigen)?;
     let anchors = choose_indices(
         cloud.n,
         options.anchors,
@@ -408,6 +413,14 @@ pub fn run(config: &GeometryConfig, output: &Output, ctx: &RunContext) -> Result
     }
     println!("results: {}", dir.display());
     Ok(report)
+}
+
+/// A row of `eigenvalues.csv`: the covariance spectrum, largest first.
+#[derive(Serialize)]
+struct EigenRow {
+    index: usize,
+    eigenvalue: Plain,
+    fraction: Plain,
 }
 
 #[cfg(test)]

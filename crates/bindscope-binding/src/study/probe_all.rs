@@ -77,7 +77,8 @@ impl ProbeAllConfig {
     /// Refuses settings no run can use, naming the flag.
     ///
     /// # Errors
-    /// Scene sizes out of range, fewer than 2 pairs or no trials.
+    /// Scene sizes out of range, fewer than 2 pairs, no trials, no JER images, a zero JER chunk
+    /// or fewer than 2 JER directions.
     pub fn check(&self) -> Result<()> {
         self.scenes.check()?;
         if self.pairs < 2 {
@@ -85,6 +86,17 @@ impl ProbeAllConfig {
         }
         if self.trials == 0 {
             bail!("--trials must be at least 1");
+        }
+        if let Some(j) = &self.jer {
+            if j.images == 0 {
+                bail!("--jer-images must be at least 1");
+            }
+            if j.chunk == 0 {
+                bail!("--jer-chunk must be at least 1");
+            }
+            if j.directions < 2 {
+                bail!("--jer-directions must be at least 2");
+            }
         }
         Ok(())
     }
@@ -233,6 +245,7 @@ pub fn run(config: &ProbeAllConfig, output: &Output, ctx: &RunContext) -> Result
     )
     .with_context(|| format!("loading vision encoder of '{spec}'"))?;
     let info: ModelInfo = model.info();
+    scenes.check_fits(&info, &spec)?;
     let t = Instant::now();
     let proc = scene_processor(&ckpt, scenes.normalize)?;
     let rows = scene_bank(

@@ -9,8 +9,8 @@ use crate::gqa::{self, BuildReport};
 use crate::metrics::NsrStats;
 use crate::scene::Task;
 use anyhow::Result;
-use bindscope_core::run::{write_csv, write_json};
-use serde::{Serialize, Serializer};
+use bindscope_core::run::{Plain, write_csv, write_json};
+use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -158,16 +158,6 @@ pub struct GqaReport {
 fn write_results<T: Serialize>(dir: &Path, results: &T) -> Result<()> {
     write_json(&dir.join("results.json"), &serde_json::to_value(results)?)?;
     Ok(())
-}
-
-/// A number as `{}` prints it (`1`, `0.25`, `NaN`): the text these CSV files have always held
-/// (the csv crate's float format would write `1.0`).
-struct Plain(f64);
-
-impl Serialize for Plain {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(&self.0)
-    }
 }
 
 fn plain(v: Option<f64>) -> Option<Plain> {

@@ -23,7 +23,7 @@ use crate::lora::{
 use crate::split::{Splits, triplets};
 use crate::train::{StepLog, TrainConfig, Trainer, schedule};
 use anyhow::{Context, Result, anyhow, bail};
-use bindscope_core::run::{Output, RunContext, append_jsonl, runs_root, slug, timestamp};
+use bindscope_core::run::{Output, RunContext, append_jsonl, new_run_dir, slug, timestamp};
 use bindscope_core::{Checkpoint, LoadOptions};
 use bindscope_data::text::Tokenizer;
 use bindscope_models::TextEncoder;
@@ -188,9 +188,13 @@ pub fn run(config: &Config, output: &Output, ctx: &RunContext) -> Result<Report>
     let ckpt = Checkpoint::resolve(&config.model)?;
     // Checked before anything is written, so a wrong model leaves no run directory behind.
     let (tower, model_type) = tower_of(&ckpt, &config.model)?;
-    let dir = output.dir.clone().unwrap_or_else(|| {
-        runs_root("finetune").join(format!("{}-{}", slug(&config.model), timestamp()))
-    });
+    let dir = match &output.dir {
+        Some(d) => d.clone(),
+        None => new_run_dir(
+            "finetune",
+            &format!("{}-{}", slug(&config.model), timestamp()),
+        )?,
+    };
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let splits = read_data(config, &dir, ctx)?;
     let session = Session::new(config, &ckpt, &model_type, &dir, ctx, &splits)?;
