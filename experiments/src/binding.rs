@@ -4,13 +4,13 @@
 //! source with random initialisation, scenes, readouts). The runs — scene bank, tasks, run
 //! directories, random initialisation — are `bindscope_binding::study`.
 
-use crate::common::{ModelOpts, Normalize};
+use crate::common::{ModelOpts, Normalize, OutputArgs};
 use anyhow::{Result, bail};
 use bindscope_binding::readout::{KnnScore, PcaScore, Readout};
 use bindscope_binding::study::{
     self, BindingConfig, Encoder, EncoderConfig, SameDiffConfig, SceneConfig,
 };
-use bindscope_core::run::{Output, RunContext};
+use bindscope_core::run::RunContext;
 use bindscope_models::VisionReadout;
 use std::path::PathBuf;
 
@@ -152,12 +152,8 @@ pub struct BindingArgs {
     readout: ReadoutOpts,
     #[command(flatten)]
     scenes: SceneOpts,
-    /// Run directory.
-    #[arg(long)]
-    out: Option<PathBuf>,
-    /// Start a new run directory even if a matching one exists.
-    #[arg(long)]
-    fresh: bool,
+    #[command(flatten)]
+    run_dir: OutputArgs,
 }
 
 /// Arguments of `experiments samediff`.
@@ -173,12 +169,8 @@ pub struct SameDiffArgs {
     seed: u64,
     #[command(flatten)]
     scenes: SceneOpts,
-    /// Run directory.
-    #[arg(long)]
-    out: Option<PathBuf>,
-    /// Start a new run directory even if a matching one exists.
-    #[arg(long)]
-    fresh: bool,
+    #[command(flatten)]
+    run_dir: OutputArgs,
 }
 
 pub fn run_binding_cmd(args: BindingArgs, ctx: &RunContext) -> Result<()> {
@@ -193,7 +185,7 @@ pub fn run_binding_cmd(args: BindingArgs, ctx: &RunContext) -> Result<()> {
     // The sizes are refused before a bad --readouts, as they always were.
     config.check()?;
     config.readouts = args.readout.readouts()?;
-    let output = Output::new(args.out, args.fresh);
+    let output = args.run_dir.output();
     study::run_binding(&config, &output, ctx)?;
     Ok(())
 }
@@ -206,7 +198,7 @@ pub fn run_samediff_cmd(args: SameDiffArgs, ctx: &RunContext) -> Result<()> {
         seed: args.seed,
         dump_images: args.scenes.dump_images,
     };
-    let output = Output::new(args.out, args.fresh);
+    let output = args.run_dir.output();
     study::run_samediff(&config, &output, ctx)?;
     Ok(())
 }

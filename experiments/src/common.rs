@@ -2,9 +2,10 @@
 //! binary's build facts and the [`RunContext`] every study runs in.
 
 use anyhow::Result;
-use bindscope_core::run::{BuildInfo, DeviceRecord, RunContext};
+use bindscope_core::run::{BuildInfo, DeviceRecord, Output, RunContext};
 use bindscope_core::{Checkpoint, LoadOptions};
 use burn::tensor::Device;
+use std::path::PathBuf;
 
 pub use bindscope_core::run::progress;
 
@@ -21,6 +22,24 @@ pub struct ModelOpts {
 impl ModelOpts {
     pub fn load_options(&self) -> LoadOptions {
         self.dtype.load_options()
+    }
+}
+
+/// `--out` and `--fresh` of the subcommands that write a run directory.
+#[derive(clap::Args, Debug, Clone)]
+pub struct OutputArgs {
+    /// Run directory.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Start a new run directory even if a matching one exists.
+    #[arg(long)]
+    pub fresh: bool,
+}
+
+impl OutputArgs {
+    /// The run's [`Output`].
+    pub fn output(&self) -> Output {
+        Output::new(self.out.clone(), self.fresh)
     }
 }
 

@@ -12,9 +12,9 @@
 //! experiments foveated --task csb --dump-only --dump-images 8            # scenes only
 //! ```
 
-use crate::common::ModelOpts;
+use crate::common::{ModelOpts, OutputArgs};
 use anyhow::Result;
-use bindscope_core::run::{Output, RunContext};
+use bindscope_core::run::RunContext;
 use bindscope_foveated::split::SplitSizes;
 use bindscope_foveated::study::{self, Config, StudyTask};
 use std::path::PathBuf;
@@ -141,12 +141,8 @@ pub struct FoveatedArgs {
     /// Feature cache root (default runs/foveated/cache).
     #[arg(long)]
     cache_dir: Option<PathBuf>,
-    /// Run directory.
-    #[arg(long)]
-    out: Option<PathBuf>,
-    /// Start a new run directory even if a matching one exists.
-    #[arg(long)]
-    fresh: bool,
+    #[command(flatten)]
+    run_dir: OutputArgs,
     #[command(flatten)]
     model_opts: ModelOpts,
 }
@@ -188,7 +184,7 @@ impl FoveatedArgs {
 }
 
 pub fn run(args: FoveatedArgs, ctx: &RunContext) -> Result<()> {
-    let output = Output::new(args.out.clone(), args.fresh);
+    let output = args.run_dir.output();
     study::run(&args.config(), &output, ctx)?;
     Ok(())
 }

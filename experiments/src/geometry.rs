@@ -3,10 +3,10 @@
 //! `bindscope_binding::study::geometry`.
 
 use crate::binding::ModelSource;
-use crate::common::Normalize;
+use crate::common::{Normalize, OutputArgs};
 use anyhow::Result;
 use bindscope_binding::study::geometry::{self, GeometryConfig, GeometryOptions};
-use bindscope_core::run::{Output, RunContext};
+use bindscope_core::run::RunContext;
 use bindscope_models::VisionReadout;
 use std::path::PathBuf;
 
@@ -60,12 +60,8 @@ pub struct GeometryArgs {
     /// Images per forward pass.
     #[arg(long, default_value_t = 16)]
     batch_size: usize,
-    /// Run directory.
-    #[arg(long)]
-    out: Option<PathBuf>,
-    /// Start a new run directory even if a matching one exists.
-    #[arg(long)]
-    fresh: bool,
+    #[command(flatten)]
+    run_dir: OutputArgs,
 }
 
 pub fn run(args: GeometryArgs, ctx: &RunContext) -> Result<()> {
@@ -76,7 +72,7 @@ pub fn run(args: GeometryArgs, ctx: &RunContext) -> Result<()> {
         output: args.output,
         batch_size: args.batch_size,
     };
-    let output = Output::new(args.out, args.fresh);
+    let output = args.run_dir.output();
     geometry::run(&config, &output, ctx)?;
     Ok(())
 }

@@ -17,10 +17,11 @@
 //! `details` of every step, wall times per step (`timings_s`) and the run identity.
 
 use crate::binding::{ModelSource, ReadoutOpts, SceneOpts};
+use crate::common::OutputArgs;
 use crate::geometry::GeometryOpts;
 use anyhow::Result;
 use bindscope_binding::study::probe_all::{self, JerSettings, ProbeAllConfig};
-use bindscope_core::run::{Output, RunContext};
+use bindscope_core::run::RunContext;
 use std::path::PathBuf;
 
 /// Arguments of `experiments probe-all`.
@@ -72,12 +73,8 @@ pub struct ProbeAllArgs {
     readout: ReadoutOpts,
     #[command(flatten)]
     scenes: SceneOpts,
-    /// Run directory.
-    #[arg(long)]
-    out: Option<PathBuf>,
-    /// Start a new run directory even if a matching one exists.
-    #[arg(long)]
-    fresh: bool,
+    #[command(flatten)]
+    run_dir: OutputArgs,
 }
 
 pub fn run(args: ProbeAllArgs, ctx: &RunContext) -> Result<()> {
@@ -108,7 +105,7 @@ pub fn run(args: ProbeAllArgs, ctx: &RunContext) -> Result<()> {
     // The sizes, pairs and trials are refused before a bad --readouts, as they always were.
     config.check()?;
     config.readouts = args.readout.readouts()?;
-    let output = Output::new(args.out, args.fresh);
+    let output = args.run_dir.output();
     probe_all::run(&config, &output, ctx)?;
     Ok(())
 }
