@@ -204,13 +204,8 @@ fn embed_images(
     if files.is_empty() {
         bail!("no images to embed");
     }
-    let pp = ckpt.preprocessor_config.as_ref().with_context(|| {
-        format!(
-            "{}: no preprocessor_config.json: cannot preprocess images for this model",
-            ckpt.dir().display()
-        )
-    })?;
-    let processor = ImageProcessor::from_file(pp)?;
+    let processor =
+        ImageProcessor::for_checkpoint(ckpt).context("cannot preprocess images for this model")?;
     let model = bindscope_models::registry::load_vision(ckpt, device, opts)?;
     let pb = common::progress(files.len() as u64, "images");
     let mut rows = Vec::new();

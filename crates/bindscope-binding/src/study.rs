@@ -43,7 +43,7 @@ use bindscope_core::options::{Dtype, Normalize};
 use bindscope_core::run::{
     Output, Plain, RunContext, progress, read_jsonl, runs_root, slug, write_csv, write_json,
 };
-use bindscope_data::image::{ImageError, ImageProcessor, ProcessorKind, RgbImage};
+use bindscope_data::image::{ImageProcessor, ProcessorKind, RgbImage};
 use bindscope_jer::probe::{IMAGENET_MEAN, IMAGENET_STD};
 use bindscope_models::registry::{Opened, open_vision};
 use bindscope_models::{ModelInfo, VisionEncoder, VisionReadout};
@@ -338,13 +338,11 @@ impl SceneConfig {
 /// ([`ImageProcessor::for_checkpoint`]).
 ///
 /// # Errors
-/// As [`ImageProcessor::for_checkpoint`] (no or a bad `preprocessor_config.json`).
-pub fn scene_processor(
-    ckpt: &Checkpoint,
-    normalize: Normalize,
-) -> Result<ImageProcessor, ImageError> {
+/// As [`ImageProcessor::for_checkpoint`] (no or a bad `preprocessor_config.json`), under
+/// `--normalize model`.
+pub fn scene_processor(ckpt: &Checkpoint, normalize: Normalize) -> Result<ImageProcessor> {
     match normalize {
-        Normalize::Model => ImageProcessor::for_checkpoint(ckpt),
+        Normalize::Model => ImageProcessor::for_checkpoint(ckpt).context("--normalize model"),
         Normalize::Imagenet => Ok(ImageProcessor {
             do_resize: false,
             do_center_crop: false,

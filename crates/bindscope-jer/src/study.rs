@@ -291,7 +291,8 @@ fn run_model(
     let info = opened.model.info();
     let (mean, std) = match config.normalize {
         Normalize::Model => {
-            let p = ImageProcessor::for_checkpoint(&opened.checkpoint)?;
+            let p =
+                ImageProcessor::for_checkpoint(&opened.checkpoint).context("--normalize model")?;
             (p.image_mean, p.image_std)
         }
         Normalize::Imagenet => (IMAGENET_MEAN, IMAGENET_STD),

@@ -293,6 +293,20 @@ pub fn eval(config: &EvalConfig, output: &Output, ctx: &RunContext) -> Result<Ev
     let load_s = t_load.elapsed().as_secs_f64();
     let (ckpt, text_model) = (&opened.checkpoint, opened.model.as_ref());
     let tok = tokenizer_for(ckpt, config.tokenizer.as_deref(), config.max_length)?;
+    // --images is checked before any embedding: a bad folder or a model without a processor
+    // fails at once, not after the texts.
+    let processor = match &config.images {
+        None => None,
+        Some(dir) => {
+            if !dir.is_dir() {
+                bail!("--images {}: not a directory", dir.display());
+            }
+            Some(
+                ImageProcessor::for_checkpoint(ckpt)
+                    .context("--images: cannot preprocess images for this model")?,
+            )
+        }
+    };
 
     let t_text = Instant::now();
     let pb = progress(0, "texts");
@@ -312,19 +326,8 @@ pub fn eval(config: &EvalConfig, output: &Output, ctx: &RunContext) -> Result<Ev
     eprintln!("embedded {} unique texts in {text_s:.1}s", texts.len());
 
     let mut image_s = 0.0;
-    let images = match &config.images {
-        None => None,
-        Some(dir) => {
-            if !dir.is_dir() {
-                bail!("--images {}: not a directory", dir.display());
-            }
-            let pp = ckpt.preprocessor_config.as_ref().with_context(|| {
-                format!(
-                    "{}: no preprocessor_config.json: cannot preprocess images for this model",
-                    ckpt.dir().display()
-                )
-            })?;
-            let processor = ImageProcessor::from_file(pp)?;
+    let images = match (&config.images, &processor) {
+        (Some(dir), Some(processor)) => {
             let vision = bindscope_models::registry::load_vision(ckpt, device, &opts)
                 .context("--images needs a model with a vision tower (CLIP, SigLIP) in the text embeddings' space")?;
             let t_img = Instant::now();
@@ -332,7 +335,7 @@ pub fn eval(config: &EvalConfig, output: &Output, ctx: &RunContext) -> Result<Ev
             let (table, cov) = embed_item_images(
                 &items,
                 dir,
-                &processor,
+                processor,
                 vision.as_ref(),
                 device,
                 config.batch_size,
@@ -359,6 +362,7 @@ pub fn eval(config: &EvalConfig, output: &Output, ctx: &RunContext) -> Result<Ev
             input.images = Some(cov);
             Some(table)
         }
+        _ => None,
     };
 
     let t_eval = Instant::now();

@@ -21,9 +21,7 @@ use anyhow::{Context, Result, bail};
 use bindscope_core::Checkpoint;
 use bindscope_core::options::{Dtype, Normalize};
 use bindscope_core::run::{Output, Plain, RunContext, progress, read_jsonl, write_csv, write_json};
-use bindscope_data::image::{
-    DecodeOptions, ImageError, ImageProcessor, ProcessorKind, ResizeTo, decode_file,
-};
+use bindscope_data::image::{DecodeOptions, ImageProcessor, ProcessorKind, ResizeTo, decode_file};
 use bindscope_jer::probe::{IMAGENET_MEAN, IMAGENET_STD};
 use bindscope_models::{ModelInfo, VisionEncoder, VisionReadout};
 use burn::prelude::*;
@@ -146,10 +144,10 @@ pub fn select_samples(files: &[PathBuf], options: &GeometryOptions) -> Vec<PathB
 /// or ([`Normalize::Model`]) the checkpoint's own ([`ImageProcessor::for_checkpoint`]).
 ///
 /// # Errors
-/// As [`ImageProcessor::for_checkpoint`].
-pub fn folder_processor(ckpt: &Checkpoint, mode: Normalize) -> Result<ImageProcessor, ImageError> {
+/// As [`ImageProcessor::for_checkpoint`], under `--preprocess model`.
+pub fn folder_processor(ckpt: &Checkpoint, mode: Normalize) -> Result<ImageProcessor> {
     match mode {
-        Normalize::Model => ImageProcessor::for_checkpoint(ckpt),
+        Normalize::Model => ImageProcessor::for_checkpoint(ckpt).context("--preprocess model"),
         Normalize::Imagenet => Ok(ImageProcessor {
             size: ResizeTo::ShortestEdge(256),
             do_center_crop: true,

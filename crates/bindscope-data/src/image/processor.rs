@@ -222,7 +222,8 @@ impl ImageProcessor {
     }
 
     /// The checkpoint's own processor, from its `preprocessor_config.json`: what
-    /// `--normalize model` reads (its `image_mean` / `image_std`, and its resize and crop).
+    /// `--normalize model` reads (its `image_mean` / `image_std`, and its resize and crop) and
+    /// what real images are preprocessed with. Callers name their flag in the error's context.
     ///
     /// # Errors
     /// [`ImageError::Config`] naming the checkpoint directory when it has no
@@ -232,10 +233,7 @@ impl ImageProcessor {
             Some(p) => Self::from_file(p),
             None => Err(cfg_err(
                 None,
-                format!(
-                    "--normalize model: {} has no preprocessor_config.json",
-                    ckpt.dir().display()
-                ),
+                format!("{} has no preprocessor_config.json", ckpt.dir().display()),
             )),
         }
     }
