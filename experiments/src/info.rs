@@ -21,7 +21,14 @@ pub fn run(args: InfoArgs, device: &Device, device_spec: &str) -> Result<()> {
     let ckpt = common::resolve(&args.model)?;
     let loaded =
         bindscope_models::registry::load_any(&ckpt, device, &args.model_opts.load_options())?;
-    let dtypes = bindscope_core::load::file_dtypes(&ckpt.weights)?;
+    let dtypes: Vec<String> = bindscope_core::load::file_dtypes(&ckpt.weights)?
+        .iter()
+        .map(|d| bindscope_core::load::stored_dtype_name(d))
+        .collect();
+    // What the weights were loaded as, from the loaded towers themselves.
+    let mut loaded_dtypes: Vec<&str> = loaded.iter().map(|(_, i)| i.dtype.as_str()).collect();
+    loaded_dtypes.dedup();
+    let loaded_dtype = loaded_dtypes.join(", ");
     let towers: Vec<serde_json::Value> = loaded
         .iter()
         .map(|(tower, info)| serde_json::json!({"tower": tower, "info": info}))
@@ -30,7 +37,7 @@ pub fn run(args: InfoArgs, device: &Device, device_spec: &str) -> Result<()> {
         "model": args.model,
         "files": ckpt.weights.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
         "file_dtypes": dtypes,
-        "loaded_dtype": if args.model_opts.dtype == common::Dtype::Keep { "as stored" } else { "f32" },
+        "loaded_dtype": loaded_dtype,
         "device": common::device_json(device_spec, device),
         "towers": towers,
     });
@@ -44,10 +51,7 @@ pub fn run(args: InfoArgs, device: &Device, device_spec: &str) -> Result<()> {
         ckpt.weights.len(),
         dtypes.join(", ")
     );
-    println!(
-        "loaded as    {}",
-        v["loaded_dtype"].as_str().unwrap_or("f32")
-    );
+    println!("loaded as    {loaded_dtype}");
     println!(
         "device       {}: {}",
         v["device"]["spec"].as_str().unwrap_or(device_spec),

@@ -17,9 +17,12 @@
 //! `T_q = T_k` this is the ordinary lower-triangular mask.
 
 use burn::prelude::*;
+use burn::tensor::DType;
 use burn::tensor::activation::softmax;
 use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
+
+use crate::nn::{to_dtype, to_f32};
 
 /// Masking applied to attention scores before the softmax.
 #[derive(Debug, Clone, Default)]
@@ -31,7 +34,8 @@ pub enum AttentionMask {
     /// a cache).
     Causal,
     /// Padding mask `[N, T_k]` with 1 = keep, 0 = pad (BERT `attention_mask`; a decoder's mask
-    /// over cache + new tokens). Padded keys get a bias of `f32::MIN`, as transformers does.
+    /// over cache + new tokens). Padded keys get a bias of the most negative finite value of
+    /// the scores' dtype (`f32::MIN` in f32), as transformers does (`torch.finfo(dtype).min`).
     Padding(Tensor<2, Int>),
     /// Causal and padding together.
     CausalPadding(Tensor<2, Int>),
@@ -61,39 +65,48 @@ pub fn repeat_kv(x: Tensor<4>, n_rep: usize) -> Tensor<4> {
         .reshape([n, hkv * n_rep, t, dh])
 }
 
-/// The additive bias `[N or 1, 1, T_q, T_k]` of `mask` (`None` for [`AttentionMask::None`]).
+/// The most negative finite value of the float dtype `dtype` (`torch.finfo(dtype).min`), as an
+/// f32: what masked scores get.
+fn finite_min(dtype: DType) -> f32 {
+    // (f32::MIN would round to -inf in either half type.)
+    match dtype {
+        DType::F16 => burn::tensor::f16::MIN.to_f32(),
+        DType::BF16 => burn::tensor::bf16::MIN.to_f32(),
+        _ => f32::MIN,
+    }
+}
+
+/// The additive bias `[N or 1, 1, T_q, T_k]` of `mask` in `dtype` (`None` for
+/// [`AttentionMask::None`]); masked positions get [`finite_min`] of `dtype`.
 fn additive_bias(
     mask: &AttentionMask,
-    n: usize,
-    tq: usize,
-    tk: usize,
+    [n, tq, tk]: [usize; 3],
+    dtype: DType,
     device: &Device,
 ) -> Option<Tensor<4>> {
+    let min = finite_min(dtype);
     let causal = || {
         // true where key j lies after query i's position tk - tq + i
         let future: Tensor<2, Bool> =
             Tensor::<2, Bool>::tril_mask([tq, tk], tk as i64 - tq as i64, device);
         Tensor::<2>::zeros([tq, tk], device)
-            .mask_fill(future, f32::MIN)
+            .mask_fill(future, min)
             .reshape([1, 1, tq, tk])
     };
     let padding = |m: &Tensor<2, Int>| {
         let keep = m.clone().float().reshape([n, 1, 1, tk]);
-        (keep.neg() + 1.0) * f32::MIN
+        (keep.neg() + 1.0) * min
     };
-    match mask {
-        AttentionMask::None => None,
-        AttentionMask::Causal => Some(causal()),
-        AttentionMask::Padding(m) => Some(padding(m)),
-        AttentionMask::CausalPadding(m) => {
-            // Sum of two f32::MIN would overflow to -inf; take the minimum instead.
-            Some(
-                causal()
-                    .expand([n, 1, tq, tk])
-                    .min_pair(padding(m).expand([n, 1, tq, tk])),
-            )
-        }
-    }
+    let bias = match mask {
+        AttentionMask::None => return None,
+        AttentionMask::Causal => causal(),
+        AttentionMask::Padding(m) => padding(m),
+        // The sum of two minima would overflow to -inf; take the minimum instead.
+        AttentionMask::CausalPadding(m) => causal()
+            .expand([n, 1, tq, tk])
+            .min_pair(padding(m).expand([n, 1, tq, tk])),
+    };
+    Some(to_dtype(bias, dtype))
 }
 
 /// Scaled dot-product attention on per-head tensors, with grouped-query attention.
@@ -106,6 +119,12 @@ fn additive_bias(
 ///
 /// The scale is `Dh^-0.5` unless `scale` is given. Masks as [`AttentionMask`]; a padding mask
 /// is `[N, T_k]`.
+///
+/// # Dtypes
+/// `q`, `k`, `v` share one float dtype, which the context comes back in. With probabilities
+/// requested, the scores are computed in that dtype and the softmax in f32 (transformers'
+/// `softmax(…, dtype=torch.float32)`); the probabilities come back in f32. The fused kernel
+/// gets the mask in the inputs' dtype (burn's CPU kernel computes f16 / bf16 in f32).
 ///
 /// # Panics
 /// When `H` is not a multiple of `H_kv` (a config error the model constructors refuse first).
@@ -126,9 +145,10 @@ pub fn scaled_dot_product_attention(
     );
     let (k, v) = (repeat_kv(k, h / hkv), repeat_kv(v, h / hkv));
     let scale = scale.unwrap_or(1.0 / (dh as f64).sqrt());
-    let bias = additive_bias(mask, n, tq, tk, &device);
+    let dtype = q.dtype();
     if !need_probs {
-        let bias = bias.map(|b| b.expand([n, h, tq, tk]));
+        let bias =
+            additive_bias(mask, [n, tq, tk], dtype, &device).map(|b| b.expand([n, h, tq, tk]));
         let opts = AttentionModuleOptions {
             scale: Some(scale),
             softcap: None,
@@ -136,12 +156,12 @@ pub fn scaled_dot_product_attention(
         };
         return (attention(q, k, v, None, bias, opts), None);
     }
-    let mut scores = q.matmul(k.swap_dims(2, 3)) * scale; // [N, H, Tq, Tk]
-    if let Some(b) = bias {
-        scores = scores + b;
+    let mut scores = to_f32(q.matmul(k.swap_dims(2, 3))) * scale; // [N, H, Tq, Tk]
+    if let Some(b) = additive_bias(mask, [n, tq, tk], dtype, &device) {
+        scores = scores + to_f32(b);
     }
     let probs = softmax(scores, 3);
-    let ctx = probs.clone().matmul(v);
+    let ctx = to_dtype(probs.clone(), dtype).matmul(v);
     (ctx, Some(probs))
 }
 
@@ -296,14 +316,16 @@ impl RotaryEmbedding {
         }
     }
 
-    /// `x · cos + rotate_half(x) · sin` for every head.
+    /// `x · cos + rotate_half(x) · sin` for every head, in the dtype of `x` (`cos` and `sin`,
+    /// computed in f32, are cast to it, as transformers does).
     ///
     /// # Shapes
     /// `x: [N, H, T, Dh]`, `cos`, `sin: [N, T, Dh]` → `[N, H, T, Dh]`.
     pub fn apply(x: Tensor<4>, cos: &Tensor<3>, sin: &Tensor<3>) -> Tensor<4> {
         let [n, t, dh] = cos.dims();
-        let cos = cos.clone().reshape([n, 1, t, dh]);
-        let sin = sin.clone().reshape([n, 1, t, dh]);
+        let dtype = x.dtype();
+        let cos = to_dtype(cos.clone(), dtype).reshape([n, 1, t, dh]);
+        let sin = to_dtype(sin.clone(), dtype).reshape([n, 1, t, dh]);
         x.clone() * cos + rotate_half(x) * sin
     }
 }

@@ -64,7 +64,7 @@ pub const MODEL_TYPES: &[&str] = &[MODEL_TYPE, WITH_REGISTERS_MODEL_TYPE];
 
 use crate::nn::{
     Activation, check_sizes, checkpoint_shapes, de_image_size, interpolate_pos_grid, linear,
-    mean_patch, run_stack, token,
+    mean_patch, run_stack, to_dtype, to_f32, token,
 };
 use crate::vit::{PatchEmbeddings, ViTAttention, ViTBlockSpec};
 use crate::{EncoderOutput, ForwardOptions, ModelError, ModelInfo, VisionEncoder, VisionReadout};
@@ -482,7 +482,8 @@ impl Dinov2Model {
     /// `pixel_values: [N, C, H, W]` (any size of at least one patch) →
     /// `last_hidden_state: [N, 1 + R + h·w, D]` (after the final layernorm),
     /// `pooler_output: [N, D]` (its CLS token), `hidden_states`: `L + 1` tensors `[N, T, D]`
-    /// (before the final layernorm), `attentions`: `L` tensors `[N, H, T, T]`.
+    /// (before the final layernorm), `attentions`: `L` tensors `[N, H, T, T]`. Computed in the
+    /// weights' dtype, returned in f32.
     pub fn forward(&self, pixel_values: Tensor<4>, opts: ForwardOptions) -> EncoderOutput {
         let x = self.embeddings.forward(pixel_values);
         let (x, hidden_states, attentions) =
@@ -495,6 +496,7 @@ impl Dinov2Model {
             hidden_states,
             attentions,
         }
+        .into_f32()
     }
 }
 
@@ -510,17 +512,19 @@ impl VisionEncoder for Dinov2Model {
     /// Final layernorm, then: `Pooled` and `Summary` = CLS (transformers' `pooler_output`),
     /// `MeanPatch` = mean of the patch tokens (CLS and registers excluded).
     fn readout(&self, hidden: Tensor<3>, readout: VisionReadout) -> Tensor<2> {
+        let hidden = to_dtype(hidden, self.layernorm.gamma.dtype());
         let normed = self.layernorm.forward(hidden);
-        match readout {
+        to_f32(match readout {
             VisionReadout::Pooled | VisionReadout::Summary => token(normed, 0),
             VisionReadout::MeanPatch => mean_patch(normed, self.num_prefix_tokens()),
-        }
+        })
     }
 
     fn info(&self) -> ModelInfo {
         let c = &self.config;
         ModelInfo {
             model_type: c.model_type.clone(),
+            dtype: bindscope_core::load::dtype_name(self.layernorm.gamma.dtype()),
             hidden_size: c.hidden_size,
             embed_dim: c.hidden_size,
             num_layers: c.num_hidden_layers,

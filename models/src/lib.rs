@@ -88,12 +88,30 @@ pub struct EncoderOutput {
     pub attentions: Option<Vec<Tensor<4>>>,
 }
 
+impl EncoderOutput {
+    /// Every tensor in f32 (a no-op for a model computing in f32): how the models hand their
+    /// outputs back when they compute in a checkpoint's f16 / bf16.
+    pub fn into_f32(self) -> Self {
+        Self {
+            last_hidden_state: nn::to_f32(self.last_hidden_state),
+            pooler_output: nn::to_f32(self.pooler_output),
+            hidden_states: self
+                .hidden_states
+                .map(|h| h.into_iter().map(nn::to_f32).collect()),
+            attentions: self
+                .attentions
+                .map(|a| a.into_iter().map(nn::to_f32).collect()),
+        }
+    }
+}
+
 /// Which vector of a vision encoder a study reads out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum VisionReadout {
-    /// The model's standard image embedding: CLIP `image_embeds` (projected), SigLIP / DINOv2 /
-    /// ViT `pooler_output`, ViT-MAE mean of patch tokens after the final layernorm.
+    /// The model's standard image embedding: CLIP `image_embeds` (projected; `pooler_output`
+    /// for a `CLIPVisionModel` checkpoint, which has no projection), SigLIP / DINOv2 / ViT
+    /// `pooler_output`, ViT-MAE mean of patch tokens after the final layernorm.
     #[default]
     Pooled,
     /// The summary token: CLS after the final norm (CLIP: `post_layernorm(CLS)`), SigLIP's MAP
@@ -122,6 +140,10 @@ impl std::str::FromStr for VisionReadout {
 pub struct ModelInfo {
     /// HF `model_type` (`clip`, `siglip`, `dinov2`, `vit`, `vit_mae`, `bert`).
     pub model_type: String,
+    /// The float dtype the weights are held and computed in, in words (`float32`, or the
+    /// checkpoint's `float16` / `bfloat16` when loaded with `keep_dtype`); inputs and outputs
+    /// are f32 whatever it is.
+    pub dtype: String,
     /// Hidden size of the transformer.
     pub hidden_size: usize,
     /// Dimension of the pooled embedding ([`VisionReadout::Pooled`] / text embedding).
@@ -150,6 +172,9 @@ impl ModelInfo {
 ///
 /// Input is the preprocessed pixel tensor `pixel_values: [N, 3, H, W]` (already normalized);
 /// models with position-embedding interpolation accept sizes other than the configured one.
+///
+/// Float inputs of any dtype are cast to the dtype of the weights ([`ModelInfo::dtype`]) at
+/// the entry of every method; every float output is f32.
 pub trait VisionEncoder: Send + Sync {
     /// Full forward pass of the vision tower.
     fn forward_vision(&self, pixel_values: Tensor<4>, opts: ForwardOptions) -> EncoderOutput;
@@ -203,7 +228,8 @@ pub trait VisionEncoder: Send + Sync {
     fn info(&self) -> ModelInfo;
 }
 
-/// A frozen text encoder over token ids.
+/// A frozen text encoder over token ids. Computes in the dtype of its weights
+/// ([`ModelInfo::dtype`]); every float output is f32.
 pub trait TextEncoder: Send + Sync {
     /// Full forward pass of the text tower.
     ///

@@ -9,7 +9,10 @@
 //!   that collects hidden states and attentions ([`run_stack`]);
 //! - load helpers: the one `model_type` reader ([`model_type`]), size and type checks, checkpoint
 //!   shapes, scalars stored beside the weights, and the strict load with a family's benign keys
-//!   ([`load_module`]).
+//!   ([`load_module`]);
+//! - float dtypes ([`to_dtype`], [`to_f32`]): a model loaded with its checkpoint's f16 / bf16
+//!   (`LoadOptions::keep_dtype`) computes in that dtype; its float inputs are cast to the dtype
+//!   of its weights at the model's entry and its outputs handed back in f32.
 //!
 //! The attention core (heads, masks, grouped-query attention, rotary embeddings, KV cache) is
 //! [`crate::attention`].
@@ -24,10 +27,10 @@ use burn::nn::{
     RmsNorm, RmsNormConfig,
 };
 use burn::prelude::*;
-use burn::tensor::TensorData;
 use burn::tensor::activation;
 use burn::tensor::module::interpolate;
 use burn::tensor::ops::{InterpolateMode, InterpolateOptions};
+use burn::tensor::{DType, FloatDType, TensorData};
 use serde::Deserialize;
 
 use crate::{ForwardOptions, ModelError};
@@ -94,6 +97,27 @@ impl Activation {
             Self::Tanh => activation::tanh(x),
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Float dtypes
+// ---------------------------------------------------------------------------------------------
+
+/// `x` in the float dtype `dtype` (returned as is when it already is): how a model brings a
+/// float input (pixel values, a hidden state handed back to a readout) to the dtype of its
+/// weights, as transformers casts `pixel_values` to the patch embedding's dtype.
+pub fn to_dtype<const D: usize>(x: Tensor<D>, dtype: DType) -> Tensor<D> {
+    if x.dtype() == dtype {
+        x
+    } else {
+        x.cast(FloatDType::from(dtype))
+    }
+}
+
+/// `x` in f32 (as is when it already is): every model hands its outputs back in f32, whatever
+/// dtype it computes in.
+pub fn to_f32<const D: usize>(x: Tensor<D>) -> Tensor<D> {
+    to_dtype(x, DType::F32)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -177,6 +201,8 @@ pub fn bicubic_aa_weights(in_size: usize, out_size: usize) -> Vec<f32> {
 /// does: `F.interpolate(mode="bicubic", size=dst, align_corners=False)` (Keys cubic `A = -0.75`,
 /// through burn's `interpolate`), or with `antialias=True` (`Dinov2WithRegistersModel`) as two
 /// small matrix products of [`bicubic_aa_weights`]. Shared by every ViT-like model here.
+/// Computed in f32 for any dtype of `grid` (transformers casts to float32 for it), returned in
+/// the dtype of `grid`.
 ///
 /// # Shapes
 /// `grid: [1, Gh·Gw, D]` (row-major grid) → `[1, h·w, D]`.
@@ -192,7 +218,9 @@ pub fn interpolate_pos_grid(
     if src == dst {
         return grid;
     }
-    let g = grid.reshape([gh, gw, d]).permute([2, 0, 1]); // [D, Gh, Gw]
+    // In f32 whatever the weights' dtype, as transformers does, then back.
+    let dtype = grid.dtype();
+    let g = to_f32(grid).reshape([gh, gw, d]).permute([2, 0, 1]); // [D, Gh, Gw]
     let out = if antialias {
         let device = g.device();
         let wh =
@@ -209,7 +237,7 @@ pub fn interpolate_pos_grid(
             .with_output_size([h, w]);
         interpolate(g.unsqueeze_dim::<4>(0), opts).reshape([d, h, w])
     };
-    out.permute([1, 2, 0]).reshape([1, h * w, d])
+    to_dtype(out.permute([1, 2, 0]).reshape([1, h * w, d]), dtype)
 }
 
 /// Resamples a square grid of position embeddings `[g·g, D]` to `[gh·gw, D]` (bicubic,

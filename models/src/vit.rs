@@ -53,7 +53,7 @@ use serde::Deserialize;
 use crate::attention::{AttentionMask, multi_head_attention};
 use crate::nn::{
     Activation, check_sizes, checkpoint_shapes, de_image_size, interpolate_pos_grid, linear,
-    mean_patch, run_stack, token,
+    mean_patch, run_stack, to_dtype, to_f32, token,
 };
 use crate::{EncoderOutput, ForwardOptions, ModelError, ModelInfo, VisionEncoder, VisionReadout};
 
@@ -192,8 +192,10 @@ impl PatchEmbeddings {
 
     /// `[N, C, H, W]` → patch tokens `[N, h·w, D]` (row-major over the `h × w` grid, as
     /// `flatten(2).transpose(1, 2)`) and the grid `[h, w]`. Pixels beyond the last full patch
-    /// are dropped, as torch's convolution does.
+    /// are dropped, as torch's convolution does. The pixels are cast to the projection's dtype
+    /// (transformers: `pixel_values.to(dtype=target_dtype)`); the tokens come out in it.
     pub fn forward(&self, pixel_values: Tensor<4>) -> (Tensor<3>, [usize; 2]) {
+        let pixel_values = to_dtype(pixel_values, self.projection.weight.dtype());
         let [_, c, _, _] = pixel_values.dims();
         let expected = self.projection.weight.dims()[1];
         assert_eq!(
@@ -653,7 +655,7 @@ impl ViTModel {
     /// (after the final layernorm), `pooler_output: [N, D']` (`tanh(dense(CLS))`; without a
     /// pooler in the checkpoint, the CLS token of `last_hidden_state`), `hidden_states`:
     /// `L + 1` tensors `[N, T, D]` (before the final layernorm, as transformers), `attentions`:
-    /// `L` tensors `[N, H, T, T]`.
+    /// `L` tensors `[N, H, T, T]`. Computed in the weights' dtype, returned in f32.
     pub fn forward(&self, pixel_values: Tensor<4>, opts: ForwardOptions) -> EncoderOutput {
         let x = self.embeddings.forward(pixel_values);
         let (x, hidden_states, attentions) = self.encoder.forward(x, opts);
@@ -665,6 +667,7 @@ impl ViTModel {
             hidden_states,
             attentions,
         }
+        .into_f32()
     }
 
     /// The pooler on a normalized sequence, or its CLS token when there is no pooler.
@@ -707,18 +710,20 @@ impl VisionEncoder for ViTModel {
     /// Final layernorm, then: `Pooled` = pooler output (CLS when the checkpoint has no pooler),
     /// `Summary` = CLS, `MeanPatch` = mean of the patch tokens.
     fn readout(&self, hidden: Tensor<3>, readout: VisionReadout) -> Tensor<2> {
+        let hidden = to_dtype(hidden, self.layernorm.gamma.dtype());
         let normed = self.layernorm.forward(hidden);
-        match readout {
+        to_f32(match readout {
             VisionReadout::Pooled => self.pool(normed),
             VisionReadout::Summary => token(normed, 0),
             VisionReadout::MeanPatch => mean_patch(normed, 1),
-        }
+        })
     }
 
     fn info(&self) -> ModelInfo {
         let c = &self.config;
         ModelInfo {
             model_type: MODEL_TYPE.into(),
+            dtype: bindscope_core::load::dtype_name(self.layernorm.gamma.dtype()),
             hidden_size: c.hidden_size,
             embed_dim: self
                 .pooler

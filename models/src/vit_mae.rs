@@ -50,7 +50,9 @@ use std::path::Path;
 /// `model_type` of a `ViTMAEModel` checkpoint.
 pub const MODEL_TYPE: &str = "vit_mae";
 
-use crate::nn::{Activation, check_sizes, checkpoint_shapes, de_image_size, mean_patch, token};
+use crate::nn::{
+    Activation, check_sizes, checkpoint_shapes, de_image_size, mean_patch, to_dtype, to_f32, token,
+};
 use crate::vit::{ViTBlockSpec, ViTEmbeddings, ViTEncoder};
 use crate::{EncoderOutput, ForwardOptions, ModelError, ModelInfo, VisionEncoder, VisionReadout};
 
@@ -221,7 +223,8 @@ impl ViTMAEModel {
     /// resampled bicubically, as transformers with `interpolate_pos_encoding=True`) →
     /// `last_hidden_state: [N, 1 + h·w, D]` (after the final layernorm), `pooler_output: [N, D]`
     /// (mean of its patch tokens), `hidden_states`: `L + 1` tensors `[N, T, D]` (before the
-    /// final layernorm), `attentions`: `L` tensors `[N, H, T, T]`.
+    /// final layernorm), `attentions`: `L` tensors `[N, H, T, T]`. Computed in the weights'
+    /// dtype, returned in f32.
     pub fn forward(&self, pixel_values: Tensor<4>, opts: ForwardOptions) -> EncoderOutput {
         let x = self.embeddings.forward(pixel_values);
         let (x, hidden_states, attentions) = self.encoder.forward(x, opts);
@@ -233,6 +236,7 @@ impl ViTMAEModel {
             hidden_states,
             attentions,
         }
+        .into_f32()
     }
 }
 
@@ -248,17 +252,19 @@ impl VisionEncoder for ViTMAEModel {
     /// Final layernorm, then: `Pooled` and `MeanPatch` = mean of the patch tokens,
     /// `Summary` = CLS.
     fn readout(&self, hidden: Tensor<3>, readout: VisionReadout) -> Tensor<2> {
+        let hidden = to_dtype(hidden, self.layernorm.gamma.dtype());
         let normed = self.layernorm.forward(hidden);
-        match readout {
+        to_f32(match readout {
             VisionReadout::Pooled | VisionReadout::MeanPatch => mean_patch(normed, 1),
             VisionReadout::Summary => token(normed, 0),
-        }
+        })
     }
 
     fn info(&self) -> ModelInfo {
         let c = &self.config;
         ModelInfo {
             model_type: MODEL_TYPE.into(),
+            dtype: bindscope_core::load::dtype_name(self.layernorm.gamma.dtype()),
             hidden_size: c.hidden_size,
             embed_dim: c.hidden_size,
             num_layers: c.num_hidden_layers,

@@ -3,16 +3,21 @@
 //! Module field paths mirror the Hugging Face key names, so most checkpoints load with no
 //! remapping. Loading goes through burn-store's [`SafetensorsStore`] with the
 //! [`PyTorchToBurnAdapter`] (transposes `nn::Linear` weights, maps LayerNorm `weight`/`bias` to
-//! `gamma`/`beta`) and, unless `keep_dtype` is set, a cast of every float tensor to f32.
+//! `gamma`/`beta`) and a cast of every float tensor to f32, or, with `keep_dtype`, to the one
+//! float dtype the checkpoint stores.
 //!
 //! Strict by default: every parameter of the module must be found, every tensor of the file must
 //! be used (except keys matching [`LoadOptions::benign_unused`], e.g. `embeddings.position_ids`),
-//! and every shape must agree. All problems are collected into one [`LoadError`].
+//! and every shape and dtype must agree. Before anything is read, the files' headers are checked
+//! against the module and all problems are collected into one [`LoadError`], in the
+//! checkpoint's terms: its key names as stored (a missing key under the name the file would
+//! store it, key remapping undone), shapes in the file's layout (`[out, in]` for a Linear
+//! weight) and dtypes in words (`int64`, `bfloat16`).
 
 use burn::module::Module;
 use burn::store::{
-    ApplyError, FloatCastAdapter, KeyRemapper, ModuleAdapter, ModuleSnapshot, PyTorchToBurnAdapter,
-    SafetensorsStore,
+    ApplyError, BurnToPyTorchAdapter, FloatCastAdapter, KeyRemapper, ModuleAdapter, ModuleSnapshot,
+    PyTorchToBurnAdapter, SafetensorsStore,
 };
 use burn::tensor::DType;
 use std::collections::{BTreeMap, BTreeSet};
@@ -25,7 +30,8 @@ pub struct LoadOptions {
     pub remap: Vec<(String, String)>,
     /// Regexes of file keys that may be present without a matching parameter.
     pub benign_unused: Vec<String>,
-    /// Keep the file's float dtype (f16/bf16) instead of casting to f32.
+    /// Keep the file's float dtype (f16/bf16) instead of casting to f32 (`--dtype keep`). The
+    /// tensors the module takes must then share one float dtype, and the device must support it.
     pub keep_dtype: bool,
     /// Only load file keys matching one of these regexes (others count as ignored, not
     /// unexpected). Used to load one tower of a two-tower checkpoint. Empty = all keys.
@@ -51,39 +57,111 @@ pub enum LoadError {
     Mismatch {
         /// The files read.
         files: Vec<PathBuf>,
-        /// Module parameters no file provided: (path, module type).
-        missing: Vec<(String, String)>,
-        /// File keys no parameter consumed: (key, shape).
-        unexpected: Vec<(String, Vec<usize>)>,
-        /// Shape / dtype / conversion errors, one line each.
+        /// Keys the module needs that no file stores, each as the file would name it, with the
+        /// shape (in the file's layout) and kind the module expects, e.g.
+        /// `layernorm.weight (float [32])`.
+        missing: Vec<String>,
+        /// Keys of the files that no parameter takes, as stored, with their shape and dtype,
+        /// e.g. `cls.predictions.bias [30522] float32`.
+        unexpected: Vec<String>,
+        /// Shape and dtype disagreements, one line each, naming the key as stored, what the file
+        /// stores and what the module expects.
         errors: Vec<String>,
     },
+    /// `keep_dtype` was asked for but cannot be honoured.
+    #[error("{}: --dtype keep: {message}", display_files(files))]
+    KeepDtype {
+        /// The files read.
+        files: Vec<PathBuf>,
+        /// Why (several float dtypes stored; a dtype the device cannot compute in).
+        message: String,
+    },
+}
+
+fn display_files(files: &[PathBuf]) -> String {
+    let names: Vec<String> = files.iter().map(|p| p.display().to_string()).collect();
+    names.join(", ")
 }
 
 fn format_mismatch(
     files: &[PathBuf],
-    missing: &[(String, String)],
-    unexpected: &[(String, Vec<usize>)],
+    missing: &[String],
+    unexpected: &[String],
     errors: &[String],
 ) -> String {
-    let names: Vec<String> = files.iter().map(|p| p.display().to_string()).collect();
     let mut s = format!(
-        "checkpoint {} does not match the model: {} missing, {} unexpected, {} errors",
-        names.join(", "),
+        "checkpoint {} does not match the model: {} missing, {} unexpected, {} mismatched",
+        display_files(files),
         missing.len(),
         unexpected.len(),
         errors.len()
     );
     for e in errors {
-        s.push_str(&format!("\n  error: {e}"));
+        s.push_str(&format!("\n  {e}"));
     }
-    for (k, ty) in missing {
-        s.push_str(&format!("\n  missing key: {k} (for {ty})"));
+    for k in missing {
+        s.push_str(&format!("\n  missing key: {k}"));
     }
-    for (k, shape) in unexpected {
-        s.push_str(&format!("\n  unexpected key: {k} {shape:?}"));
+    for k in unexpected {
+        s.push_str(&format!("\n  unexpected key: {k}"));
     }
     s
+}
+
+/// A burn dtype in words, as torch names it (`float32`, `float16`, `bfloat16`, `int64`, …).
+pub fn dtype_name(dtype: DType) -> String {
+    match dtype {
+        DType::F64 => "float64".into(),
+        DType::F32 | DType::Flex32 => "float32".into(),
+        DType::F16 => "float16".into(),
+        DType::BF16 => "bfloat16".into(),
+        DType::I64 => "int64".into(),
+        DType::I32 => "int32".into(),
+        DType::I16 => "int16".into(),
+        DType::I8 => "int8".into(),
+        DType::U64 => "uint64".into(),
+        DType::U32 => "uint32".into(),
+        DType::U16 => "uint16".into(),
+        DType::U8 => "uint8".into(),
+        DType::Bool(_) => "bool".into(),
+        DType::QFloat(_) => "quantized".into(),
+    }
+}
+
+/// A safetensors header dtype (`"F16"`, `"BF16"`, `"I64"`, …) in words, as torch names it
+/// (`float16`, `bfloat16`, `int64`); an unknown tag is returned as it is.
+pub fn stored_dtype_name(tag: &str) -> String {
+    match tag {
+        "F64" => "float64",
+        "F32" => "float32",
+        "F16" => "float16",
+        "BF16" => "bfloat16",
+        "F8_E4M3" => "float8_e4m3fn",
+        "F8_E5M2" => "float8_e5m2",
+        "I64" => "int64",
+        "I32" => "int32",
+        "I16" => "int16",
+        "I8" => "int8",
+        "U64" => "uint64",
+        "U32" => "uint32",
+        "U16" => "uint16",
+        "U8" => "uint8",
+        "BOOL" => "bool",
+        other => other,
+    }
+    .to_string()
+}
+
+/// The burn float dtype of a safetensors header dtype, `None` for anything but the four float
+/// types burn computes in.
+fn stored_float_dtype(tag: &str) -> Option<DType> {
+    match tag {
+        "F64" => Some(DType::F64),
+        "F32" => Some(DType::F32),
+        "F16" => Some(DType::F16),
+        "BF16" => Some(DType::BF16),
+        _ => None,
+    }
 }
 
 fn compile(patterns: &[String]) -> Result<Vec<regex::Regex>, LoadError> {
@@ -145,12 +223,37 @@ pub fn read_safetensors_shapes(path: &Path) -> Result<BTreeMap<String, Vec<usize
         .collect())
 }
 
+/// One tensor of a checkpoint as its file's header describes it.
+struct Stored {
+    /// The key as stored.
+    key: String,
+    /// Index into the files.
+    file: usize,
+    /// The safetensors dtype tag (`F32`, `BF16`, `I64`, …).
+    dtype: String,
+    /// The shape as stored.
+    shape: Vec<usize>,
+}
+
+/// One parameter of the module, named and shaped as a PyTorch checkpoint stores it.
+struct Expected {
+    /// Its burn dtype (float or not is what matters).
+    dtype: DType,
+    /// The shape in the file's layout (`[out, in]` for a Linear weight).
+    shape: Vec<usize>,
+}
+
 /// Loads `files` (one file or the shards of one checkpoint) into `module`, strictly.
 ///
+/// The headers are checked against the module first (keys after `opts.remap`, shapes in the
+/// file's layout, dtypes), so a mismatched checkpoint is refused before any tensor is read.
+///
 /// # Errors
-/// [`LoadError::Mismatch`] listing every missing key (with its module type), every unexpected
-/// key (with its shape) and every shape or dtype mismatch; [`LoadError::File`] when a file
-/// cannot be read.
+/// [`LoadError::Mismatch`] listing every missing key (as the file would store it, with the
+/// expected shape), every unexpected key (with its shape and dtype) and every shape or dtype
+/// disagreement (the file's and the model's); [`LoadError::KeepDtype`] when `keep_dtype` is set
+/// but the tensors the module takes are stored in more than one float dtype, or in one the
+/// device cannot compute in; [`LoadError::File`] when a file cannot be read.
 pub fn load_strict<M: Module>(
     mut module: M,
     files: &[PathBuf],
@@ -166,64 +269,132 @@ pub fn load_strict<M: Module>(
     )
     .map_err(|e| LoadError::Pattern(format!("{:?}", opts.remap), e.to_string()))?;
 
-    let mut applied: BTreeSet<String> = BTreeSet::new();
-    let mut missing: BTreeMap<String, String> = BTreeMap::new();
-    let mut unexpected: Vec<(String, Vec<usize>)> = Vec::new();
+    // What the files store, by key after remapping (the module's naming, PyTorch style).
+    let mut stored: BTreeMap<String, Stored> = BTreeMap::new();
     let mut errors: Vec<String> = Vec::new();
-
-    for file in files {
-        let shapes = read_safetensors_shapes(file)?;
-        let store = SafetensorsStore::from_file(file)
-            .remap(remapper.clone())
-            .allow_partial(true)
-            .validate(false);
-        let mut store = if opts.keep_dtype {
-            store.with_from_adapter(PyTorchToBurnAdapter)
-        } else {
-            store.with_from_adapter(PyTorchToBurnAdapter.chain(FloatCastAdapter::to(DType::F32)))
-        };
-        if !only.is_empty() {
-            // Filter on the remapped key; anything filtered out is neither applied nor unexpected.
-            let pats: Vec<String> = opts.only.clone();
-            store = store.with_regexes(pats);
-        }
-        let result = module.load_from(&mut store).map_err(|e| LoadError::File {
-            path: file.clone(),
-            message: e.to_string(),
-        })?;
-        for e in &result.errors {
-            errors.push(describe(e));
-        }
-        applied.extend(result.applied.iter().cloned());
-        for (p, ty) in &result.missing {
-            missing.insert(p.clone(), ty.clone());
-        }
-        // Map remapped names back to file names for the shape lookup.
-        let remapped: BTreeMap<String, String> = shapes
-            .keys()
-            .map(|k| (remap_one(&remapper, k), k.clone()))
-            .collect();
-        for key in &result.unused {
-            if benign.iter().any(|r| r.is_match(key)) {
+    let file_name = |i: usize| files[i].display().to_string();
+    for (i, file) in files.iter().enumerate() {
+        for (key, t) in read_safetensors_header(file)? {
+            let dtype = t
+                .get("dtype")
+                .and_then(|d| d.as_str())
+                .unwrap_or("?")
+                .to_string();
+            let shape: Vec<usize> = t
+                .get("shape")
+                .and_then(|s| s.as_array())
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|d| d.as_u64().map(|d| d as usize))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let remapped = remap_one(&remapper, &key);
+            if !only.is_empty() && !only.iter().any(|r| r.is_match(&remapped)) {
                 continue;
             }
-            if !only.is_empty() && !only.iter().any(|r| r.is_match(key)) {
+            if let Some(first) = stored.get(&remapped) {
+                errors.push(format!(
+                    "{} in {} and {key} in {} both provide {remapped}",
+                    first.key,
+                    file_name(first.file),
+                    file_name(i)
+                ));
                 continue;
             }
-            let orig = remapped.get(key).cloned().unwrap_or_else(|| key.clone());
-            let shape = shapes.get(&orig).cloned().unwrap_or_default();
-            let shown = if orig != *key {
-                format!("{orig} (remapped to {key})")
-            } else {
-                orig
-            };
-            unexpected.push((shown, shape));
+            stored.insert(
+                remapped,
+                Stored {
+                    key,
+                    file: i,
+                    dtype,
+                    shape,
+                },
+            );
         }
     }
-    // A parameter provided by any shard is not missing.
-    let missing: Vec<(String, String)> = missing
+    let located = |t: &Stored| {
+        if files.len() > 1 {
+            format!("{} (in {})", t.key, file_name(t.file))
+        } else {
+            t.key.clone()
+        }
+    };
+
+    // What the module takes, named and shaped the way a PyTorch checkpoint stores it.
+    let expected: BTreeMap<String, Expected> = module
+        .collect(None, Some(Box::new(BurnToPyTorchAdapter)), false)
         .into_iter()
-        .filter(|(p, _)| !applied.contains(p))
+        .map(|t| {
+            let e = Expected {
+                dtype: t.dtype,
+                shape: t.shape.to_vec(),
+            };
+            (t.name, e)
+        })
+        .collect();
+
+    let mut missing = Vec::new();
+    let mut float_dtypes: BTreeMap<String, (DType, Vec<&str>)> = BTreeMap::new();
+    for (name, e) in &expected {
+        let Some(t) = stored.get(name) else {
+            let kind = if e.dtype.is_float() {
+                "float"
+            } else {
+                "integer"
+            };
+            missing.push(format!(
+                "{} ({kind} {:?})",
+                unremap(&opts.remap, &remapper, name),
+                e.shape
+            ));
+            continue;
+        };
+        let float = stored_float_dtype(&t.dtype);
+        if e.dtype.is_float() != float.is_some() {
+            let needs = if e.dtype.is_float() {
+                "a floating-point tensor (float32, float16, bfloat16 or float64)"
+            } else {
+                "an integer tensor"
+            };
+            errors.push(format!(
+                "wrong dtype for {}: the file stores {} {:?}, the model needs {needs}",
+                located(t),
+                stored_dtype_name(&t.dtype),
+                t.shape
+            ));
+        } else if t.shape != e.shape {
+            let transposed =
+                t.shape.len() == 2 && t.shape[0] == e.shape[1] && t.shape[1] == e.shape[0];
+            errors.push(format!(
+                "shape mismatch for {}: the file stores {:?}, the model expects {:?}{}",
+                located(t),
+                t.shape,
+                e.shape,
+                if transposed { " (the transpose)" } else { "" }
+            ));
+        }
+        if let Some(d) = float {
+            float_dtypes
+                .entry(dtype_name(d))
+                .or_insert_with(|| (d, Vec::new()))
+                .1
+                .push(&t.key);
+        }
+    }
+    let unexpected: Vec<String> = stored
+        .iter()
+        .filter(|(name, _)| {
+            !expected.contains_key(*name) && !benign.iter().any(|r| r.is_match(name))
+        })
+        .map(|(_, t)| {
+            format!(
+                "{} {:?} {}",
+                located(t),
+                t.shape,
+                stored_dtype_name(&t.dtype)
+            )
+        })
         .collect();
     if !missing.is_empty() || !unexpected.is_empty() || !errors.is_empty() {
         return Err(LoadError::Mismatch {
@@ -233,7 +404,96 @@ pub fn load_strict<M: Module>(
             errors,
         });
     }
+
+    let target = if opts.keep_dtype {
+        keep_target(files, &float_dtypes, &module)?
+    } else {
+        DType::F32
+    };
+
+    let mut burn_errors: Vec<String> = Vec::new();
+    let mut applied: BTreeSet<String> = BTreeSet::new();
+    let mut burn_missing: BTreeSet<String> = BTreeSet::new();
+    for file in files {
+        let store = SafetensorsStore::from_file(file)
+            .remap(remapper.clone())
+            .allow_partial(true)
+            .validate(false)
+            .with_from_adapter(PyTorchToBurnAdapter.chain(FloatCastAdapter::to(target)));
+        let mut store = if only.is_empty() {
+            store
+        } else {
+            store.with_regexes(opts.only.clone())
+        };
+        let result = module.load_from(&mut store).map_err(|e| LoadError::File {
+            path: file.clone(),
+            message: e.to_string(),
+        })?;
+        burn_errors.extend(
+            result
+                .errors
+                .iter()
+                .map(|e| format!("{}: {}", file.display(), describe(e))),
+        );
+        applied.extend(result.applied.iter().cloned());
+        burn_missing.extend(result.missing.iter().map(|(p, _)| p.clone()));
+    }
+    // The header check above found every key; anything burn-store still reports (a tensor
+    // whose data cannot be read, say) is an error all the same.
+    let burn_missing: Vec<String> = burn_missing
+        .into_iter()
+        .filter(|p| !applied.contains(p))
+        .map(|p| format!("{p} (module path; not loaded by burn-store)"))
+        .collect();
+    if !burn_errors.is_empty() || !burn_missing.is_empty() {
+        return Err(LoadError::Mismatch {
+            files: files.to_vec(),
+            missing: burn_missing,
+            unexpected: Vec::new(),
+            errors: burn_errors,
+        });
+    }
     Ok(module)
+}
+
+/// The dtype a `keep_dtype` load computes in: the one float dtype of the tensors the module
+/// takes, if the module's device supports it.
+fn keep_target<M: Module>(
+    files: &[PathBuf],
+    float_dtypes: &BTreeMap<String, (DType, Vec<&str>)>,
+    module: &M,
+) -> Result<DType, LoadError> {
+    let err = |message: String| LoadError::KeepDtype {
+        files: files.to_vec(),
+        message,
+    };
+    let target = match float_dtypes.values().collect::<Vec<_>>().as_slice() {
+        [] => return Ok(DType::F32),
+        [(one, _)] => *one,
+        _ => {
+            let parts: Vec<String> = float_dtypes
+                .iter()
+                .map(|(name, (_, keys))| {
+                    format!("{name} ({} tensors, e.g. {})", keys.len(), keys[0])
+                })
+                .collect();
+            return Err(err(format!(
+                "the weights are stored in more than one float dtype: {}; a model computes in \
+                 one (use --dtype f32 to cast them all to float32)",
+                parts.join(", ")
+            )));
+        }
+    };
+    if let Some(device) = module.devices().first()
+        && !device.supports_dtype(target)
+    {
+        return Err(err(format!(
+            "the weights are {} and device {} does not compute in it (use --dtype f32)",
+            dtype_name(target),
+            crate::device::device_name(device)
+        )));
+    }
+    Ok(target)
 }
 
 fn remap_one(remapper: &KeyRemapper, key: &str) -> String {
@@ -244,20 +504,163 @@ fn remap_one(remapper: &KeyRemapper, key: &str) -> String {
     k
 }
 
+/// The file key that `remap` would turn into `name`: the name a missing parameter would have
+/// in the file. Each (pattern, replacement) pair is inverted when it is simple (literals,
+/// `^` / `$` anchors, capture groups the replacement copies with `$n` / `${n}`, as every
+/// remapping of this workspace is) and the result is checked by remapping it again; `name`
+/// itself when that fails.
+fn unremap(remap: &[(String, String)], remapper: &KeyRemapper, name: &str) -> String {
+    let mut key = name.to_string();
+    for (pattern, replacement) in remap.iter().rev() {
+        let Some((re, rep)) = invert_remap(pattern, replacement) else {
+            return name.to_string();
+        };
+        key = re.replace_all(&key, rep.as_str()).into_owned();
+    }
+    if remap_one(remapper, &key) == name {
+        key
+    } else {
+        name.to_string()
+    }
+}
+
+/// A piece of a simple regex: a literal character or a capture group's source.
+enum Piece {
+    Lit(char),
+    Group(usize),
+}
+
+/// Inverts `pattern → replacement` (see [`unremap`]); `None` for anything not simple.
+fn invert_remap(pattern: &str, replacement: &str) -> Option<(regex::Regex, String)> {
+    // The pattern: [^] (literal | \punct | (group))* [$]
+    let mut chars = pattern.chars().peekable();
+    let start = chars.peek() == Some(&'^');
+    if start {
+        chars.next();
+    }
+    let mut pieces = Vec::new();
+    let mut groups: Vec<String> = Vec::new();
+    let mut end = false;
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => match chars.next() {
+                Some(e) if e.is_ascii_punctuation() => pieces.push(Piece::Lit(e)),
+                _ => return None,
+            },
+            '(' => {
+                let mut depth = 1;
+                let mut src = String::new();
+                loop {
+                    let g = chars.next()?;
+                    match g {
+                        '\\' => {
+                            src.push(g);
+                            src.push(chars.next()?);
+                            continue;
+                        }
+                        '(' => depth += 1,
+                        ')' => {
+                            depth -= 1;
+                            if depth == 0 {
+                                break;
+                            }
+                        }
+                        _ => {}
+                    }
+                    src.push(g);
+                }
+                if src.starts_with('?') {
+                    return None; // non-capturing or named: not handled
+                }
+                groups.push(src);
+                pieces.push(Piece::Group(groups.len()));
+            }
+            '$' if chars.peek().is_none() => end = true,
+            '.' | '*' | '+' | '?' | '[' | ']' | '{' | '}' | '|' | '^' | '$' | ')' => return None,
+            c => pieces.push(Piece::Lit(c)),
+        }
+    }
+    // The replacement: literal | $$ | $n | ${n}
+    let mut inv_pattern = String::from(if start { "^" } else { "" });
+    let mut inv_group_of: BTreeMap<usize, usize> = BTreeMap::new();
+    let mut n_inv = 0;
+    let mut rchars = replacement.chars().peekable();
+    while let Some(c) = rchars.next() {
+        if c != '$' {
+            inv_pattern.push_str(&regex::escape(&c.to_string()));
+            continue;
+        }
+        let name: String = if rchars.peek() == Some(&'$') {
+            rchars.next();
+            inv_pattern.push_str(&regex::escape("$"));
+            continue;
+        } else if rchars.peek() == Some(&'{') {
+            rchars.next();
+            let mut n = String::new();
+            loop {
+                match rchars.next()? {
+                    '}' => break,
+                    d => n.push(d),
+                }
+            }
+            n
+        } else {
+            let mut n = String::new();
+            while let Some(&d) = rchars.peek() {
+                if d.is_ascii_alphanumeric() || d == '_' {
+                    n.push(d);
+                    rchars.next();
+                } else {
+                    break;
+                }
+            }
+            n
+        };
+        let g: usize = name.parse().ok()?;
+        let src = groups.get(g.checked_sub(1)?)?;
+        n_inv += 1;
+        inv_group_of.entry(g).or_insert(n_inv);
+        inv_pattern.push('(');
+        inv_pattern.push_str(src);
+        inv_pattern.push(')');
+    }
+    if end {
+        inv_pattern.push('$');
+    }
+    let mut inv_replacement = String::new();
+    for p in pieces {
+        match p {
+            Piece::Lit('$') => inv_replacement.push_str("$$"),
+            Piece::Lit(c) => inv_replacement.push(c),
+            Piece::Group(g) => inv_replacement.push_str(&format!("${{{}}}", inv_group_of.get(&g)?)),
+        }
+    }
+    Some((regex::Regex::new(&inv_pattern).ok()?, inv_replacement))
+}
+
 fn describe(e: &ApplyError) -> String {
     match e {
         ApplyError::ShapeMismatch {
             path,
             expected,
             found,
-        } => {
-            format!(
-                "shape mismatch for {path}: model expects {:?}, file has {:?}",
-                expected.to_vec(),
-                found.to_vec()
-            )
+        } => format!(
+            "shape mismatch for {path} (burn's layout): model expects {:?}, file has {:?}",
+            expected.to_vec(),
+            found.to_vec()
+        ),
+        ApplyError::DTypeMismatch {
+            path,
+            expected,
+            found,
+        } => format!(
+            "wrong dtype for {path}: the file stores {}, the model needs {}",
+            dtype_name(*found),
+            dtype_name(*expected)
+        ),
+        ApplyError::AdapterError { path, message } | ApplyError::LoadError { path, message } => {
+            format!("{path}: {message}")
         }
-        other => format!("{other:?}"),
     }
 }
 
@@ -275,4 +678,75 @@ pub fn file_dtypes(files: &[PathBuf]) -> Result<Vec<String>, LoadError> {
         }
     }
     Ok(out.into_iter().collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pairs(p: &[(&str, &str)]) -> Vec<(String, String)> {
+        p.iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect()
+    }
+
+    /// The module path `name` mapped back to the file key through `remap`.
+    fn back(remap: &[(&str, &str)], name: &str) -> String {
+        let remap = pairs(remap);
+        let remapper = KeyRemapper::from_patterns(
+            remap
+                .iter()
+                .map(|(a, b)| (a.as_str(), b.as_str()))
+                .collect(),
+        )
+        .unwrap();
+        unremap(&remap, &remapper, name)
+    }
+
+    #[test]
+    fn remapping_is_undone_for_missing_keys() {
+        // A prefix strip (classification checkpoints).
+        assert_eq!(
+            back(&[(r"^dinov2\.", "")], "layernorm.weight"),
+            "dinov2.layernorm.weight"
+        );
+        // BERT's renames, with a capture group copied by the replacement, after its prefix.
+        let bert = [
+            (r"^bert\.", ""),
+            (r"\.attention\.self\.", ".attention.self_attn."),
+            (r"(^|\.)LayerNorm\.", "${1}layer_norm."),
+        ];
+        assert_eq!(
+            back(&bert, "encoder.layer.0.attention.self_attn.query.weight"),
+            "bert.encoder.layer.0.attention.self.query.weight"
+        );
+        assert_eq!(
+            back(&bert, "embeddings.layer_norm.weight"),
+            "bert.embeddings.LayerNorm.weight"
+        );
+        assert_eq!(back(&bert[2..], "layer_norm.bias"), "LayerNorm.bias");
+        // No remapping: the name itself.
+        assert_eq!(back(&[], "a.b"), "a.b");
+    }
+
+    #[test]
+    fn a_remapping_that_cannot_be_inverted_keeps_the_module_name() {
+        // A character class: not inverted.
+        assert_eq!(back(&[(r"^h\.[0-9]+\.", "layer.")], "layer.w"), "layer.w");
+        // A group the replacement drops cannot be restored.
+        assert_eq!(back(&[(r"^(a|b)\.", "")], "x"), "x");
+        // An inversion that does not remap back is not used: `a → b` undone on `bb_a` gives
+        // `aa_a`, which remaps to `bb_b`.
+        assert_eq!(back(&[("a", "b")], "bb_a"), "bb_a");
+        assert_eq!(back(&[("a", "b")], "bb"), "aa");
+    }
+
+    #[test]
+    fn dtypes_are_named_in_words() {
+        assert_eq!(stored_dtype_name("BF16"), "bfloat16");
+        assert_eq!(stored_dtype_name("I64"), "int64");
+        assert_eq!(stored_dtype_name("F8_E4M3"), "float8_e4m3fn");
+        assert_eq!(dtype_name(DType::F16), "float16");
+        assert_eq!(dtype_name(DType::F32), "float32");
+    }
 }

@@ -13,7 +13,9 @@ pub enum Dtype {
     /// Cast every float weight to f32 (the default; what the parity tests check).
     #[default]
     F32,
-    /// Keep the checkpoint's float dtype (f16 / bf16).
+    /// Keep the checkpoint's float dtype (f16 / bf16): the weights are held and computed in it
+    /// (inputs cast to it, attention softmax in f32, outputs handed back in f32). The weights must be stored in one float dtype the device computes in;
+    /// otherwise loading fails naming the dtypes.
     Keep,
 }
 
