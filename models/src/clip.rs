@@ -34,14 +34,35 @@
 //!   `eos_token_id == 2` (legacy configs), otherwise at the first position holding
 //!   `eos_token_id`.
 //!
+//! # Checkpoint layouts
+//!
+//! What `save_pretrained` writes depends on the class and on the transformers version; the
+//! loaders take every layout, told apart by the keys present ([`TowerLayout`]), not by the
+//! version:
+//!
+//! | class (`model_type`) | transformers 4.x keys | transformers 5.x keys |
+//! |---|---|---|
+//! | `CLIPModel` (`clip`) | `vision_model.*`, `visual_projection.*`, `text_model.*`, `text_projection.*`, `logit_scale` | same |
+//! | `CLIPVisionModelWithProjection` (`clip_vision_model`) | `vision_model.*`, `visual_projection.*` | same |
+//! | `CLIPVisionModel` (`clip_vision_model`) | `vision_model.*` | bare: `embeddings.*`, `pre_layrnorm.*`, `encoder.*`, `post_layernorm.*` |
+//! | `CLIPTextModelWithProjection` (`clip_text_model`) | `text_model.*`, `text_projection.*` | same |
+//! | `CLIPTextModel` (`clip_text_model`) | `text_model.*` | bare: `embeddings.*`, `encoder.*`, `final_layer_norm.*` |
+//!
+//! A bare tower is loaded as if its keys had the `vision_model.` / `text_model.` prefix (error
+//! messages name the keys as the file stores them). A checkpoint without the projection (a
+//! `CLIPVisionModel` / `CLIPTextModel`) embeds as `pooler_output` (`[N, D]`), as those classes
+//! do; the config's `projection_dim`, which transformers writes even then, is not used. The
+//! projection is required when its key is stored or `architectures` names the
+//! `...WithProjection` class.
+//!
 //! [`SiglipModel`](crate::siglip) reuses this file's encoder ([`ClipEncoder`]): the two
 //! families share block structure and key names.
 
 use crate::attention::{AttentionMask, multi_head_attention};
 use crate::nn::{
-    Activation, StackOutput, check_model_type, check_sizes, embedding, gather_tokens,
-    interpolate_square_grid, layer_norm, linear, load_module, model_type, read_scalar, run_stack,
-    token,
+    Activation, StackOutput, check_model_type, check_sizes, checkpoint_shapes, embedding,
+    gather_tokens, interpolate_square_grid, layer_norm, linear, load_module, model_type,
+    read_scalar, run_stack, to_dtype, to_f32, token,
 };
 use crate::{
     EncoderOutput, ForwardOptions, ModelError, ModelInfo, TextEncoder, VisionEncoder, VisionReadout,
@@ -343,6 +364,78 @@ impl ClipEncoder {
 /// contrastive temperature / bias (read separately, see [`ClipModel::logit_scale`]).
 pub const BENIGN: &[&str] = &[r"position_ids$", r"^logit_scale$", r"^logit_bias$"];
 
+/// How a standalone tower checkpoint (`clip_vision_model`, `clip_text_model`,
+/// `siglip_vision_model`, `siglip_text_model`) stores its keys, told apart by the keys
+/// present (see the [module docs](self#checkpoint-layouts)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TowerLayout {
+    /// The tower's keys are stored without their `vision_model.` / `text_model.` prefix
+    /// (`embeddings.*`, `encoder.layers.N.*`: transformers 5's `CLIPVisionModel`,
+    /// `CLIPTextModel`, `SiglipVisionModel`, `SiglipTextModel`).
+    pub bare: bool,
+    /// The checkpoint holds the tower's projection (`visual_projection.weight` /
+    /// `text_projection.weight`: the `...WithProjection` classes), or its `architectures` names
+    /// a class with one.
+    pub projection: bool,
+}
+
+impl TowerLayout {
+    /// Reads the layout of `ckpt` for the tower stored under `prefix` (`vision_model`,
+    /// `text_model`). `projection` is the projection's module name and the transformers class
+    /// that has it (`("visual_projection", "CLIPVisionModelWithProjection")`), `None` for a
+    /// family without one (SigLIP).
+    ///
+    /// The keys are *bare* when no key starts with `prefix.` and some key starts with
+    /// `embeddings.` or `encoder.`; otherwise they are prefixed (and a file holding neither
+    /// is reported by the strict load under the prefixed names). The projection is expected
+    /// when `<projection>.weight` is stored or `config.json`'s `architectures` names the class
+    /// with it, so that a `...WithProjection` file without it is a missing key, not a
+    /// different model.
+    ///
+    /// # Errors
+    /// [`ModelError::Load`] for an unreadable weight file header, [`ModelError::Checkpoint`]
+    /// for an unreadable `config.json`.
+    pub fn detect(
+        ckpt: &Checkpoint,
+        prefix: &str,
+        projection: Option<(&str, &str)>,
+    ) -> Result<Self, ModelError> {
+        let shapes = checkpoint_shapes(ckpt)?;
+        let under = format!("{prefix}.");
+        let prefixed = shapes.keys().any(|k| k.starts_with(&under));
+        let bare = !prefixed
+            && shapes
+                .keys()
+                .any(|k| k.starts_with("embeddings.") || k.starts_with("encoder."));
+        let projection = match projection {
+            None => false,
+            Some((module, class)) => {
+                let names_class = ckpt
+                    .config_json()?
+                    .get("architectures")
+                    .and_then(|a| a.as_array())
+                    .is_some_and(|a| a.iter().any(|c| c.as_str() == Some(class)));
+                names_class || shapes.contains_key(&format!("{module}.weight"))
+            }
+        };
+        Ok(Self { bare, projection })
+    }
+
+    /// Adds to `opts` the key remapping that puts a bare tower under `prefix` (every key gains
+    /// `prefix.`, except the projection `projection.*`, which is top-level in every layout);
+    /// nothing for a prefixed one. Error messages still name the keys as the file stores them.
+    pub fn remap(&self, opts: &mut LoadOptions, prefix: &str, projection: Option<&str>) {
+        if !self.bare {
+            return;
+        }
+        opts.remap.push(("^".into(), format!("{prefix}.")));
+        if let Some(p) = projection {
+            opts.remap
+                .push((format!(r"^{prefix}\.{p}\."), format!("{p}.")));
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Vision tower
 // ---------------------------------------------------------------------------------------------
@@ -363,8 +456,11 @@ pub struct ClipVisionEmbeddings {
 
 impl ClipVisionEmbeddings {
     /// `[N, C, H, W]` → `[N, 1 + (H/p)·(W/p), D]`. Position embeddings are interpolated
-    /// bicubically when the patch grid differs from the training grid.
+    /// bicubically when the patch grid differs from the training grid. The pixels are cast to
+    /// the patch embedding's dtype (transformers: `pixel_values.to(dtype=target_dtype)`); the
+    /// tokens come out in it.
     pub fn forward(&self, pixel_values: Tensor<4>) -> Tensor<3> {
+        let pixel_values = to_dtype(pixel_values, self.patch_embedding.weight.dtype());
         let patches = self.patch_embedding.forward(pixel_values); // [N, D, gh, gw]
         let [n, d, gh, gw] = patches.dims();
         let patches = patches.reshape([n, d, gh * gw]).swap_dims(1, 2); // [N, P, D]
@@ -432,6 +528,7 @@ impl ClipVisionTransformer {
     /// transformers `CLIPVisionTransformer.forward`: `[N, 3, H, W]` →
     /// `last_hidden_state [N, 1 + P, D]` (no `post_layernorm`), `pooler_output =
     /// post_layernorm(CLS) [N, D]`; hidden state 0 is the embeddings after `pre_layrnorm`.
+    /// Computed in the weights' dtype, returned in f32.
     pub fn forward(&self, pixel_values: Tensor<4>, opts: ForwardOptions) -> EncoderOutput {
         let x = self
             .pre_layrnorm
@@ -444,17 +541,21 @@ impl ClipVisionTransformer {
             hidden_states,
             attentions,
         }
+        .into_f32()
     }
 }
 
-/// The CLIP vision tower with its projection (transformers `CLIPVisionModelWithProjection`, or
-/// the vision half of `CLIPModel`): keys `vision_model.*` and `visual_projection.weight`.
+/// The CLIP vision tower, with its projection (transformers `CLIPVisionModelWithProjection`, or
+/// the vision half of `CLIPModel`: keys `vision_model.*` and `visual_projection.weight`) or
+/// without (transformers `CLIPVisionModel`: `vision_model.*` as 4.x saves it, bare `embeddings.*`,
+/// `encoder.*`, ... as 5.x does; see [`TowerLayout`]).
 #[derive(Module, Debug)]
 pub struct ClipVisionModel {
     /// The vision transformer.
     pub vision_model: ClipVisionTransformer,
-    /// `D → E` projection into the joint space, no bias.
-    pub visual_projection: Linear,
+    /// `D → E` projection into the joint space, no bias; `None` for a `CLIPVisionModel`
+    /// checkpoint, whose image embedding is `pooler_output` itself.
+    pub visual_projection: Option<Linear>,
     /// The vision config.
     #[module(skip)]
     pub config: ClipVisionConfig,
@@ -472,6 +573,20 @@ impl ClipVisionModel {
         config_file: &std::path::Path,
         device: &Device,
     ) -> Result<Self, ModelError> {
+        Self::with_projection(cfg, Some(projection_dim), config_file, device)
+    }
+
+    /// Builds a zero-initialised vision tower projecting to `projection_dim`, or without a
+    /// projection (`None`, transformers `CLIPVisionModel`).
+    ///
+    /// # Errors
+    /// As [`ClipVisionModel::new`].
+    pub fn with_projection(
+        cfg: &ClipVisionConfig,
+        projection_dim: Option<usize>,
+        config_file: &std::path::Path,
+        device: &Device,
+    ) -> Result<Self, ModelError> {
         let act = Activation::parse(&cfg.hidden_act, "hidden_act", config_file)?;
         check_sizes(config_file, cfg.hidden_size, cfg.num_attention_heads, &[])?;
         if cfg.patch_size == 0 || !cfg.image_size.is_multiple_of(cfg.patch_size) {
@@ -485,46 +600,47 @@ impl ClipVisionModel {
         }
         Ok(Self {
             vision_model: ClipVisionTransformer::new(cfg, act, device),
-            visual_projection: linear(
-                cfg.hidden_size,
-                projection_dim,
-                false,
-                &Initializer::Zeros,
-                device,
-            ),
+            visual_projection: projection_dim
+                .map(|e| linear(cfg.hidden_size, e, false, &Initializer::Zeros, device)),
             config: cfg.clone(),
         })
     }
 
     /// Loads the vision tower from a `CLIPModel` checkpoint (`model_type` `clip`; the text keys
-    /// are ignored unless `opts.only` says otherwise) or a standalone
-    /// `CLIPVisionModelWithProjection` checkpoint (`clip_vision_model`). Strict: every vision
-    /// key must be present and used.
+    /// are ignored unless `opts.only` says otherwise) or a standalone `CLIPVisionModel` /
+    /// `CLIPVisionModelWithProjection` checkpoint (`clip_vision_model`) in any layout
+    /// transformers writes ([`TowerLayout`]). Strict: every vision key must be present and
+    /// used.
     ///
     /// # Errors
-    /// [`ModelError`] naming the config field or the missing / unexpected keys.
+    /// [`ModelError`] naming the config field or the missing / unexpected keys (as the file
+    /// names them).
     pub fn load(
         ckpt: &Checkpoint,
         device: &Device,
         opts: &LoadOptions,
     ) -> Result<Self, ModelError> {
+        let mut opts = opts.clone();
         let (cfg, proj) = match model_type(ckpt)?.as_str() {
             VISION_MODEL_TYPE => {
                 let c: ClipVisionConfig = ckpt.read_config()?;
-                let p = c.projection_dim;
+                let projection = ("visual_projection", "CLIPVisionModelWithProjection");
+                let layout = TowerLayout::detect(ckpt, "vision_model", Some(projection))?;
+                layout.remap(&mut opts, "vision_model", Some("visual_projection"));
+                let p = layout.projection.then_some(c.projection_dim);
                 (c, p)
             }
             other => {
                 check_model_type(ckpt, other, &[MODEL_TYPE])?;
                 let c = ClipConfig::from_checkpoint(ckpt)?;
-                (c.vision_config, c.projection_dim)
+                (c.vision_config, Some(c.projection_dim))
             }
         };
-        let model = Self::new(&cfg, proj, &ckpt.config, device)?;
+        let model = Self::with_projection(&cfg, proj, &ckpt.config, device)?;
         load_module(
             model,
             ckpt,
-            opts,
+            &opts,
             BENIGN,
             &[r"^vision_model\.", r"^visual_projection\."],
         )
@@ -537,28 +653,54 @@ impl ClipVisionModel {
     }
 
     /// `image_embeds = visual_projection(pooler_output)`: `[N, 3, H, W]` → `[N, E]`
-    /// (transformers `CLIPModel.get_image_features`).
+    /// (transformers `CLIPModel.get_image_features`); `pooler_output` `[N, D]` itself without a
+    /// projection (`CLIPVisionModel`).
     pub fn image_embeds(&self, pixel_values: Tensor<4>) -> Tensor<2> {
         let out = self.forward(pixel_values, ForwardOptions::default());
-        self.visual_projection.forward(out.pooler_output)
+        project(self.visual_projection.as_ref(), out.pooler_output)
+    }
+
+    /// Width `E` of [`ClipVisionModel::image_embeds`]: the projection's output, `hidden_size`
+    /// without one.
+    pub fn embed_dim(&self) -> usize {
+        match &self.visual_projection {
+            Some(p) => p.weight.dims()[1],
+            None => self.config.hidden_size,
+        }
+    }
+}
+
+/// `proj(x)` for an f32 `x` from a forward pass: computed in the projection's dtype, returned
+/// in f32; `x` itself without a projection.
+fn project(proj: Option<&Linear>, x: Tensor<2>) -> Tensor<2> {
+    match proj {
+        Some(proj) => to_f32(proj.forward(to_dtype(x, proj.weight.dtype()))),
+        None => x,
     }
 }
 
 fn vision_readout(
     vm: &ClipVisionTransformer,
-    proj: &Linear,
+    proj: Option<&Linear>,
     hidden: Tensor<3>,
     readout: VisionReadout,
 ) -> Tensor<2> {
-    match readout {
-        VisionReadout::Pooled => proj.forward(vm.post_layernorm.forward(token(hidden, 0))),
+    let hidden = to_dtype(hidden, vm.post_layernorm.gamma.dtype());
+    to_f32(match readout {
+        VisionReadout::Pooled => {
+            let pooled = vm.post_layernorm.forward(token(hidden, 0));
+            match proj {
+                Some(proj) => proj.forward(pooled),
+                None => pooled,
+            }
+        }
         VisionReadout::Summary => vm.post_layernorm.forward(token(hidden, 0)),
         VisionReadout::MeanPatch => {
             let [n, t, d] = hidden.dims();
             let patches = vm.post_layernorm.forward(hidden.slice([0..n, 1..t, 0..d]));
             patches.mean_dim(1).reshape([n, d])
         }
-    }
+    })
 }
 
 impl VisionEncoder for ClipVisionModel {
@@ -571,23 +713,30 @@ impl VisionEncoder for ClipVisionModel {
     }
 
     /// `Pooled`: `visual_projection(post_layernorm(CLS))` (= `image_embeds` on the last
-    /// layer); `Summary`: `post_layernorm(CLS)` (= `pooler_output`); `MeanPatch`: mean over
+    /// layer; `post_layernorm(CLS)` without a projection); `Summary`: `post_layernorm(CLS)` (= `pooler_output`); `MeanPatch`: mean over
     /// the patch tokens after `post_layernorm` (CLIP's final norm, applied token-wise).
     fn readout(&self, hidden: Tensor<3>, readout: VisionReadout) -> Tensor<2> {
-        vision_readout(&self.vision_model, &self.visual_projection, hidden, readout)
+        vision_readout(
+            &self.vision_model,
+            self.visual_projection.as_ref(),
+            hidden,
+            readout,
+        )
     }
 
     /// `post_layernorm` token-wise (CLIP's `last_hidden_state` has no final norm): `[N, T, D]`.
     fn final_norm(&self, last_hidden_state: Tensor<3>) -> Tensor<3> {
-        self.vision_model.post_layernorm.forward(last_hidden_state)
+        let norm = &self.vision_model.post_layernorm;
+        to_f32(norm.forward(to_dtype(last_hidden_state, norm.gamma.dtype())))
     }
 
     fn info(&self) -> ModelInfo {
         let c = &self.config;
         ModelInfo {
             model_type: MODEL_TYPE.into(),
+            dtype: bindscope_core::load::dtype_name(self.vision_model.post_layernorm.gamma.dtype()),
             hidden_size: c.hidden_size,
-            embed_dim: self.visual_projection.weight.dims()[1],
+            embed_dim: self.embed_dim(),
             num_layers: c.num_hidden_layers,
             num_heads: c.num_attention_heads,
             num_params: self.num_params(),
@@ -766,7 +915,8 @@ impl ClipTextTransformer {
 
     /// transformers `CLIPTextTransformer.forward`: `input_ids, attention_mask: [N, T]` →
     /// `last_hidden_state [N, T, D]` (after `final_layer_norm`), `pooler_output [N, D]` (the
-    /// EOS token, see [`EosPooling`]); causal + padding mask.
+    /// EOS token, see [`EosPooling`]); causal + padding mask. Computed in the weights' dtype,
+    /// returned in f32.
     pub fn forward(
         &self,
         input_ids: Tensor<2, Int>,
@@ -791,17 +941,21 @@ impl ClipTextTransformer {
             hidden_states,
             attentions,
         }
+        .into_f32()
     }
 }
 
-/// The CLIP text tower with its projection (transformers `CLIPTextModelWithProjection`, or the
-/// text half of `CLIPModel`): keys `text_model.*` and `text_projection.weight`.
+/// The CLIP text tower, with its projection (transformers `CLIPTextModelWithProjection`, or the
+/// text half of `CLIPModel`: keys `text_model.*` and `text_projection.weight`) or without
+/// (transformers `CLIPTextModel`: `text_model.*` as 4.x saves it, bare `embeddings.*`,
+/// `encoder.*`, `final_layer_norm.*` as 5.x does; see [`TowerLayout`]).
 #[derive(Module, Debug)]
 pub struct ClipTextModel {
     /// The text transformer.
     pub text_model: ClipTextTransformer,
-    /// `D → E` projection into the joint space, no bias.
-    pub text_projection: Linear,
+    /// `D → E` projection into the joint space, no bias; `None` for a `CLIPTextModel`
+    /// checkpoint, whose text embedding is `pooler_output` itself.
+    pub text_projection: Option<Linear>,
     /// The text config.
     #[module(skip)]
     pub config: ClipTextConfig,
@@ -818,49 +972,64 @@ impl ClipTextModel {
         config_file: &std::path::Path,
         device: &Device,
     ) -> Result<Self, ModelError> {
+        Self::with_projection(cfg, Some(projection_dim), config_file, device)
+    }
+
+    /// Builds a zero-initialised text tower projecting to `projection_dim`, or without a
+    /// projection (`None`, transformers `CLIPTextModel`).
+    ///
+    /// # Errors
+    /// As [`ClipTextModel::new`].
+    pub fn with_projection(
+        cfg: &ClipTextConfig,
+        projection_dim: Option<usize>,
+        config_file: &std::path::Path,
+        device: &Device,
+    ) -> Result<Self, ModelError> {
         let act = Activation::parse(&cfg.hidden_act, "hidden_act", config_file)?;
         check_sizes(config_file, cfg.hidden_size, cfg.num_attention_heads, &[])?;
         Ok(Self {
             text_model: ClipTextTransformer::new(cfg, act, device),
-            text_projection: linear(
-                cfg.hidden_size,
-                projection_dim,
-                false,
-                &Initializer::Zeros,
-                device,
-            ),
+            text_projection: projection_dim
+                .map(|e| linear(cfg.hidden_size, e, false, &Initializer::Zeros, device)),
             config: cfg.clone(),
         })
     }
 
     /// Loads the text tower from a `CLIPModel` checkpoint (`clip`; vision keys ignored unless
-    /// `opts.only` says otherwise) or a standalone `CLIPTextModelWithProjection` checkpoint
-    /// (`clip_text_model`). Strict.
+    /// `opts.only` says otherwise) or a standalone `CLIPTextModel` /
+    /// `CLIPTextModelWithProjection` checkpoint (`clip_text_model`) in any layout transformers
+    /// writes ([`TowerLayout`]). Strict.
     ///
     /// # Errors
-    /// [`ModelError`] naming the config field or the missing / unexpected keys.
+    /// [`ModelError`] naming the config field or the missing / unexpected keys (as the file
+    /// names them).
     pub fn load(
         ckpt: &Checkpoint,
         device: &Device,
         opts: &LoadOptions,
     ) -> Result<Self, ModelError> {
+        let mut opts = opts.clone();
         let (cfg, proj) = match model_type(ckpt)?.as_str() {
             TEXT_MODEL_TYPE => {
                 let c: ClipTextConfig = ckpt.read_config()?;
-                let p = c.projection_dim;
+                let projection = ("text_projection", "CLIPTextModelWithProjection");
+                let layout = TowerLayout::detect(ckpt, "text_model", Some(projection))?;
+                layout.remap(&mut opts, "text_model", Some("text_projection"));
+                let p = layout.projection.then_some(c.projection_dim);
                 (c, p)
             }
             other => {
                 check_model_type(ckpt, other, &[MODEL_TYPE])?;
                 let c = ClipConfig::from_checkpoint(ckpt)?;
-                (c.text_config, c.projection_dim)
+                (c.text_config, Some(c.projection_dim))
             }
         };
-        let model = Self::new(&cfg, proj, &ckpt.config, device)?;
+        let model = Self::with_projection(&cfg, proj, &ckpt.config, device)?;
         load_module(
             model,
             ckpt,
-            opts,
+            &opts,
             BENIGN,
             &[r"^text_model\.", r"^text_projection\."],
         )
@@ -877,14 +1046,29 @@ impl ClipTextModel {
     }
 
     /// `text_embeds = text_projection(pooler_output)`: `[N, T]` → `[N, E]`
-    /// (transformers `CLIPModel.get_text_features`).
+    /// (transformers `CLIPModel.get_text_features`); `pooler_output` `[N, D]` itself without a
+    /// projection (`CLIPTextModel`).
     pub fn text_embeds(
         &self,
         input_ids: Tensor<2, Int>,
         attention_mask: Tensor<2, Int>,
     ) -> Tensor<2> {
         let out = self.forward(input_ids, attention_mask, ForwardOptions::default());
-        self.text_projection.forward(out.pooler_output)
+        self.project(out.pooler_output)
+    }
+
+    /// `text_projection(pooled)` (`pooled` itself without a projection): `[N, D]` → `[N, E]`.
+    pub fn project(&self, pooled: Tensor<2>) -> Tensor<2> {
+        project(self.text_projection.as_ref(), pooled)
+    }
+
+    /// Width `E` of [`ClipTextModel::text_embeds`]: the projection's output, `hidden_size`
+    /// without one.
+    pub fn embed_dim(&self) -> usize {
+        match &self.text_projection {
+            Some(p) => p.weight.dims()[1],
+            None => self.config.hidden_size,
+        }
     }
 }
 
@@ -906,8 +1090,9 @@ impl TextEncoder for ClipTextModel {
         let c = &self.config;
         ModelInfo {
             model_type: MODEL_TYPE.into(),
+            dtype: bindscope_core::load::dtype_name(self.text_model.final_layer_norm.gamma.dtype()),
             hidden_size: c.hidden_size,
-            embed_dim: self.text_projection.weight.dims()[1],
+            embed_dim: self.embed_dim(),
             num_layers: c.num_hidden_layers,
             num_heads: c.num_attention_heads,
             num_params: self.num_params(),
@@ -955,13 +1140,23 @@ impl ClipModel {
     ) -> Result<Self, ModelError> {
         check_model_type(ckpt, &model_type(ckpt)?, &[MODEL_TYPE])?;
         let cfg = ClipConfig::from_checkpoint(ckpt)?;
-        let v = ClipVisionModel::new(&cfg.vision_config, cfg.projection_dim, &ckpt.config, device)?;
-        let t = ClipTextModel::new(&cfg.text_config, cfg.projection_dim, &ckpt.config, device)?;
+        let d = &ckpt.config;
+        let v = ClipVisionModel::with_projection(&cfg.vision_config, None, d, device)?;
+        let t = ClipTextModel::with_projection(&cfg.text_config, None, d, device)?;
+        let projection = |tower_width| {
+            linear(
+                tower_width,
+                cfg.projection_dim,
+                false,
+                &Initializer::Zeros,
+                device,
+            )
+        };
         let model = Self {
+            visual_projection: projection(cfg.vision_config.hidden_size),
+            text_projection: projection(cfg.text_config.hidden_size),
             vision_model: v.vision_model,
-            visual_projection: v.visual_projection,
             text_model: t.text_model,
-            text_projection: t.text_projection,
             config: cfg,
             logit_scale: None,
         };
@@ -975,12 +1170,12 @@ impl ClipModel {
         (
             ClipVisionModel {
                 vision_model: self.vision_model,
-                visual_projection: self.visual_projection,
+                visual_projection: Some(self.visual_projection),
                 config: self.config.vision_config,
             },
             ClipTextModel {
                 text_model: self.text_model,
-                text_projection: self.text_projection,
+                text_projection: Some(self.text_projection),
                 config: self.config.text_config,
             },
         )
@@ -1003,7 +1198,8 @@ impl ClipModel {
 
     /// `image_embeds [N, E]` (transformers `get_image_features`).
     pub fn image_embeds(&self, pixel_values: Tensor<4>) -> Tensor<2> {
-        self.visual_projection.forward(
+        project(
+            Some(&self.visual_projection),
             self.forward_vision(pixel_values, ForwardOptions::default())
                 .pooler_output,
         )
@@ -1015,7 +1211,8 @@ impl ClipModel {
         input_ids: Tensor<2, Int>,
         attention_mask: Tensor<2, Int>,
     ) -> Tensor<2> {
-        self.text_projection.forward(
+        project(
+            Some(&self.text_projection),
             self.forward_text(input_ids, attention_mask, ForwardOptions::default())
                 .pooler_output,
         )
@@ -1023,6 +1220,11 @@ impl ClipModel {
 
     /// Vision readout of a hidden state of any depth, as [`VisionEncoder::readout`].
     pub fn readout(&self, hidden: Tensor<3>, readout: VisionReadout) -> Tensor<2> {
-        vision_readout(&self.vision_model, &self.visual_projection, hidden, readout)
+        vision_readout(
+            &self.vision_model,
+            Some(&self.visual_projection),
+            hidden,
+            readout,
+        )
     }
 }

@@ -28,6 +28,16 @@
 //! # let _ = (siglip, vision); Ok(()) }
 //! ```
 //!
+//! # Checkpoint layouts
+//!
+//! `SiglipModel` (`siglip`) stores `vision_model.*`, `text_model.*`, `logit_scale`,
+//! `logit_bias` in transformers 4.x and 5.x alike. A standalone `SiglipVisionModel`
+//! (`siglip_vision_model`) / `SiglipTextModel` (`siglip_text_model`) stores its tower under
+//! `vision_model.` / `text_model.` when saved by transformers 4.x, and bare (`embeddings.*`,
+//! `encoder.*`, `post_layernorm.*` / `final_layer_norm.*`, `head.*`) when saved by 5.x. The
+//! loaders take both, told apart by the keys present ([`TowerLayout`]); error messages name
+//! the keys as the file stores them.
+//!
 //! **Attention mask of the text tower.** transformers' `SiglipModel.get_text_features` applies
 //! an `attention_mask` only when the caller passes one; the original model (big_vision,
 //! open_clip) never masks, and is meant to be fed text padded to the maximum length. The
@@ -36,10 +46,10 @@
 //! the mask as an `Option`, exactly as transformers does.
 
 use crate::attention::{AttentionMask, multi_head_attention};
-use crate::clip::{BENIGN, ClipEncoder, ClipMlp, ClipTextEmbeddings, EncoderDims};
+use crate::clip::{BENIGN, ClipEncoder, ClipMlp, ClipTextEmbeddings, EncoderDims, TowerLayout};
 use crate::nn::{
     Activation, check_model_type, check_sizes, embedding, interpolate_square_grid, layer_norm,
-    linear, load_module, model_type, read_scalar,
+    linear, load_module, model_type, read_scalar, to_dtype, to_f32,
 };
 use crate::{
     EncoderOutput, ForwardOptions, ModelError, ModelInfo, TextEncoder, VisionEncoder, VisionReadout,
@@ -244,8 +254,10 @@ pub struct SiglipVisionEmbeddings {
 
 impl SiglipVisionEmbeddings {
     /// `[N, C, H, W]` → `[N, (H/p)·(W/p), D]`; positions are interpolated bicubically when the
-    /// grid differs from the training grid (transformers `interpolate_pos_encoding=True`).
+    /// grid differs from the training grid (transformers `interpolate_pos_encoding=True`). The
+    /// pixels are cast to the patch embedding's dtype; the tokens come out in it.
     pub fn forward(&self, pixel_values: Tensor<4>) -> Tensor<3> {
+        let pixel_values = to_dtype(pixel_values, self.patch_embedding.weight.dtype());
         let patches = self.patch_embedding.forward(pixel_values); // [N, D, gh, gw]
         let [n, d, gh, gw] = patches.dims();
         let x = patches.reshape([n, d, gh * gw]).swap_dims(1, 2); // [N, P, D]
@@ -384,7 +396,8 @@ impl SiglipVisionTransformer {
 
     /// transformers `SiglipVisionTransformer.forward`: `[N, 3, H, W]` →
     /// `last_hidden_state = post_layernorm(encoder(x)) [N, P, D]`, `pooler_output =
-    /// head(last_hidden_state) [N, D]`; hidden state 0 is the embeddings output.
+    /// head(last_hidden_state) [N, D]`; hidden state 0 is the embeddings output. Computed in the
+    /// weights' dtype, returned in f32.
     pub fn forward(&self, pixel_values: Tensor<4>, opts: ForwardOptions) -> EncoderOutput {
         let x = self.embeddings.forward(pixel_values);
         let (last, hidden_states, attentions) = self.encoder.forward(x, &AttentionMask::None, opts);
@@ -396,19 +409,22 @@ impl SiglipVisionTransformer {
             hidden_states,
             attentions,
         }
+        .into_f32()
     }
 
     /// Readout of a hidden state of any depth: `post_layernorm`, then the MAP head (`Pooled`,
-    /// `Summary`) or the mean over tokens (`MeanPatch`).
+    /// `Summary`) or the mean over tokens (`MeanPatch`); `hidden` is cast to the weights' dtype,
+    /// the readout returned in f32.
     pub fn readout(&self, hidden: Tensor<3>, readout: VisionReadout) -> Tensor<2> {
+        let hidden = to_dtype(hidden, self.post_layernorm.gamma.dtype());
         let x = self.post_layernorm.forward(hidden);
-        match readout {
+        to_f32(match readout {
             VisionReadout::Pooled | VisionReadout::Summary => self.head.forward(x),
             VisionReadout::MeanPatch => {
                 let [n, _, d] = x.dims();
                 x.mean_dim(1).reshape([n, d])
             }
-        }
+        })
     }
 }
 
@@ -443,24 +459,34 @@ impl SiglipVisionModel {
 
     /// Loads the vision tower from a `SiglipModel` checkpoint (`siglip`; text keys ignored
     /// unless `opts.only` says otherwise) or a `SiglipVisionModel` checkpoint
-    /// (`siglip_vision_model`). Strict.
+    /// (`siglip_vision_model`) in either layout ([module docs](self#checkpoint-layouts)).
+    /// Strict.
     ///
     /// # Errors
-    /// [`ModelError`] naming the config field or the missing / unexpected keys.
+    /// [`ModelError`] naming the config field or the missing / unexpected keys (as the file
+    /// names them).
     pub fn load(
         ckpt: &Checkpoint,
         device: &Device,
         opts: &LoadOptions,
     ) -> Result<Self, ModelError> {
+        let mut opts = opts.clone();
         let cfg = match model_type(ckpt)?.as_str() {
-            VISION_MODEL_TYPE => ckpt.read_config::<SiglipVisionConfig>()?,
+            VISION_MODEL_TYPE => {
+                TowerLayout::detect(ckpt, "vision_model", None)?.remap(
+                    &mut opts,
+                    "vision_model",
+                    None,
+                );
+                ckpt.read_config::<SiglipVisionConfig>()?
+            }
             other => {
                 check_model_type(ckpt, other, &[MODEL_TYPE])?;
                 ckpt.read_config::<SiglipConfig>()?.vision_config
             }
         };
         let model = Self::new(&cfg, &ckpt.config, device)?;
-        load_module(model, ckpt, opts, BENIGN, &[r"^vision_model\."])
+        load_module(model, ckpt, &opts, BENIGN, &[r"^vision_model\."])
     }
 
     /// See [`SiglipVisionTransformer::forward`].
@@ -488,6 +514,7 @@ impl VisionEncoder for SiglipVisionModel {
         let c = &self.config;
         ModelInfo {
             model_type: MODEL_TYPE.into(),
+            dtype: bindscope_core::load::dtype_name(self.vision_model.post_layernorm.gamma.dtype()),
             hidden_size: c.hidden_size,
             embed_dim: c.hidden_size,
             num_layers: c.num_hidden_layers,
@@ -520,7 +547,7 @@ impl SiglipTextTransformer {
     /// transformers `SiglipTextTransformer.forward`: `input_ids [N, T]` and an optional padding
     /// mask `[N, T]` (applied to the keys only when given, as transformers does) →
     /// `last_hidden_state [N, T, D]` (after `final_layer_norm`), `pooler_output =
-    /// head(last_hidden_state[:, -1]) [N, E]`.
+    /// head(last_hidden_state[:, -1]) [N, E]`. Computed in the weights' dtype, returned in f32.
     pub fn forward(
         &self,
         input_ids: Tensor<2, Int>,
@@ -539,6 +566,7 @@ impl SiglipTextTransformer {
             hidden_states,
             attentions,
         }
+        .into_f32()
     }
 }
 
@@ -595,24 +623,30 @@ impl SiglipTextModel {
 
     /// Loads the text tower from a `SiglipModel` checkpoint (`siglip`; vision keys ignored
     /// unless `opts.only` says otherwise) or a `SiglipTextModel` checkpoint
-    /// (`siglip_text_model`). Strict.
+    /// (`siglip_text_model`) in either layout ([module docs](self#checkpoint-layouts)).
+    /// Strict.
     ///
     /// # Errors
-    /// [`ModelError`] naming the config field or the missing / unexpected keys.
+    /// [`ModelError`] naming the config field or the missing / unexpected keys (as the file
+    /// names them).
     pub fn load(
         ckpt: &Checkpoint,
         device: &Device,
         opts: &LoadOptions,
     ) -> Result<Self, ModelError> {
+        let mut opts = opts.clone();
         let cfg = match model_type(ckpt)?.as_str() {
-            TEXT_MODEL_TYPE => ckpt.read_config::<SiglipTextConfig>()?,
+            TEXT_MODEL_TYPE => {
+                TowerLayout::detect(ckpt, "text_model", None)?.remap(&mut opts, "text_model", None);
+                ckpt.read_config::<SiglipTextConfig>()?
+            }
             other => {
                 check_model_type(ckpt, other, &[MODEL_TYPE])?;
                 ckpt.read_config::<SiglipConfig>()?.text_config
             }
         };
         let model = Self::new(&cfg, &ckpt.config, device)?;
-        load_module(model, ckpt, opts, BENIGN, &[r"^text_model\."])
+        load_module(model, ckpt, &opts, BENIGN, &[r"^text_model\."])
     }
 
     /// Sets [`SiglipTextModel::apply_attention_mask`].
@@ -654,6 +688,7 @@ impl TextEncoder for SiglipTextModel {
         let c = &self.config;
         ModelInfo {
             model_type: MODEL_TYPE.into(),
+            dtype: bindscope_core::load::dtype_name(self.text_model.final_layer_norm.gamma.dtype()),
             hidden_size: c.hidden_size,
             embed_dim: c.projection_size.unwrap_or(c.hidden_size),
             num_layers: c.num_hidden_layers,

@@ -29,7 +29,7 @@
 //! there is no task-vector merging here, so the paper's merging coefficient `λ` is 1.
 
 use bindscope_core::{Checkpoint, LoadOptions};
-use bindscope_models::bert::{BertModel, l2_normalize, mean_pool};
+use bindscope_models::bert::BertModel;
 use bindscope_models::clip::ClipTextModel;
 use bindscope_models::siglip::SiglipTextModel;
 use bindscope_models::{EncoderOutput, ModelError, TextEncoder};
@@ -93,7 +93,7 @@ impl TunableText for BertModel {
         vec![stem.clone(), format!("bert.{stem}")]
     }
     fn embedding_from(&self, out: &EncoderOutput, attention_mask: Tensor<2, Int>) -> Tensor<2> {
-        l2_normalize(mean_pool(out.last_hidden_state.clone(), attention_mask))
+        self.pool_sentence(out.last_hidden_state.clone(), attention_mask)
     }
 }
 
@@ -120,7 +120,7 @@ impl TunableText for ClipTextModel {
         vec![path.strip_suffix(".weight").unwrap_or(path).to_string()]
     }
     fn embedding_from(&self, out: &EncoderOutput, _attention_mask: Tensor<2, Int>) -> Tensor<2> {
-        self.text_projection.forward(out.pooler_output.clone())
+        self.project(out.pooler_output.clone())
     }
 }
 
