@@ -237,3 +237,53 @@ fn pad_token_missing_from_vocabulary_is_an_error() {
         "{err}"
     );
 }
+
+/// LAION / OpenCLIP checkpoints in Hugging Face layout name `"!"` as their pad token. OpenCLIP,
+/// which trained them, tokenizes a literal `!` as text: `open_clip.tokenize("! !! !!!")` is
+/// `[49406, 256, 748, 995, 49407, 0, …]` (`!</w>`, `!!</w>`, `!!!</w>`; huggingface/diffusers
+/// issue 4153), where transformers 5.24 gives `[49406, 0, 0, 0, 0, 0, 0, 49407, …]`. bindscope
+/// follows OpenCLIP whether or not `tokenizer.json` lists `!` among its added tokens.
+#[test]
+fn a_laion_pad_token_is_not_matched_in_captions() {
+    let src = fixture("text").join("clip-small");
+    let tj: Value =
+        serde_json::from_str(&std::fs::read_to_string(src.join("tokenizer.json")).unwrap())
+            .unwrap();
+    let mut cfg: Value =
+        serde_json::from_str(&std::fs::read_to_string(src.join("tokenizer_config.json")).unwrap())
+            .unwrap();
+    cfg["pad_token"] = "!".into();
+    // As converted (`!` only in tokenizer_config.json), and as re-saved by transformers (`!` an
+    // added special token of tokenizer.json too).
+    let mut resaved = tj.clone();
+    resaved["added_tokens"].as_array_mut().unwrap().insert(
+        0,
+        serde_json::json!({"id": 0, "content": "!", "single_word": false, "lstrip": false,
+            "rstrip": false, "normalized": false, "special": true}),
+    );
+    for (name, tokenizer) in [("converted", &tj), ("resaved", &resaved)] {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("tokenizer.json"), tokenizer.to_string()).unwrap();
+        std::fs::write(dir.path().join("tokenizer_config.json"), cfg.to_string()).unwrap();
+        let tok = Tokenizer::from_file(
+            dir.path().join("tokenizer.json"),
+            TextPolicy::clip()
+                .with_max_length(12)
+                .with_padding(Padding::MaxLength),
+        )
+        .unwrap();
+        assert_eq!(tok.pad(), ("!", 0), "{name}");
+        let enc = tok.encode_batch(&["! !! !!!", "a dog"]).unwrap();
+        assert_eq!(
+            enc.input_ids[0],
+            [49406, 256, 748, 995, 49407, 0, 0, 0, 0, 0, 0, 0],
+            "{name}: `!` is text, as in OpenCLIP"
+        );
+        assert_eq!(
+            enc.attention_mask[0],
+            [1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0],
+            "{name}"
+        );
+        assert_eq!(enc.input_ids[1][4..], [0; 8], "{name}: padded with id 0");
+    }
+}

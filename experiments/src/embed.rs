@@ -3,7 +3,12 @@
 //! `.jsonl`: one `{"input": ..., "embedding": [...]}` per line, in input order.
 //! `.safetensors`: tensor `embeddings` `[N, D]` (f32) and the inputs as a JSON list in the
 //! header metadata under `inputs`. The file is written atomically (temp file + rename): an
-//! interrupted or failed run leaves no partial output.
+//! interrupted or failed run leaves no partial output and no temporary file.
+//!
+//! Every option is checked before the model is resolved or anything is embedded: `--out` (its
+//! extension decides the format; its directory must exist and be writable; it must not be a
+//! directory), `--batch-size`, and the inputs themselves (`--texts` read as UTF-8, a leading
+//! byte-order mark removed, by `bindscope_data::textfile`; every `--images` file listed).
 
 use crate::common::{self, ModelOpts};
 use anyhow::{Context, Result, bail};
@@ -38,8 +43,22 @@ pub struct EmbedArgs {
     /// stopping at the first failure.
     #[arg(long)]
     skip_unreadable: bool,
+    /// Transparent images (RGBA, LA, palette with transparency): `white` composites them over
+    /// white, as transformers 5.x's image processors do; `ignore` drops the alpha channel, as
+    /// transformers 4.x did (the colour stored under transparent pixels shows).
+    #[arg(long, value_enum, default_value = "white", conflicts_with = "texts")]
+    alpha: AlphaArg,
     #[command(flatten)]
     model_opts: ModelOpts,
+}
+
+/// `--alpha`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum AlphaArg {
+    /// Composite over opaque white (transformers 5.x).
+    White,
+    /// Drop the alpha channel (transformers 4.x).
+    Ignore,
 }
 
 enum Format {
@@ -47,31 +66,51 @@ enum Format {
     Safetensors,
 }
 
-pub fn run(args: EmbedArgs, device: &Device) -> Result<()> {
-    let format = match args.out.extension().and_then(|e| e.to_str()) {
+/// The format `--out` asks for, once it is known that the file can be written: its extension
+/// is `.jsonl` or `.safetensors`, it is not a directory, and its directory exists and takes a
+/// new file ([`bindscope_core::fsutil::check_writable`]).
+fn check_out(out: &Path) -> Result<Format> {
+    let format = match out.extension().and_then(|e| e.to_str()) {
         Some("jsonl") => Format::Jsonl,
         Some("safetensors") => Format::Safetensors,
         _ => bail!(
             "--out {}: expected a .jsonl or .safetensors file name",
-            args.out.display()
+            out.display()
         ),
     };
-    // The output must be writable as a file before any embedding work is done.
-    if args.out.is_dir() {
+    if out.is_dir() {
         bail!(
             "--out {} is a directory: expected a .jsonl or .safetensors file name",
-            args.out.display()
+            out.display()
         );
     }
+    // Its directory must exist and take a new file.
+    bindscope_core::fsutil::check_writable(out).context("--out")?;
+    Ok(format)
+}
+
+/// The inputs of a run, read and listed before any model work.
+enum Inputs {
+    /// The lines of `--texts`.
+    Texts(Vec<String>),
+    /// The image files.
+    Images(Vec<PathBuf>),
+}
+
+pub fn run(args: EmbedArgs, device: &Device) -> Result<()> {
+    let format = check_out(&args.out)?;
     if args.batch_size == 0 {
         bail!("--batch-size must be at least 1");
     }
+    let inputs = match &args.texts {
+        Some(path) => Inputs::Texts(read_texts(path)?),
+        None => Inputs::Images(list_images(&args)?),
+    };
     let ckpt = common::resolve(&args.model)?;
     let opts = args.model_opts.load_options();
-    let (inputs, rows, dim) = if let Some(texts) = &args.texts {
-        embed_texts(&ckpt, texts, &args, device, &opts)?
-    } else {
-        embed_images(&ckpt, &args, device, &opts)?
+    let (inputs, rows, dim) = match inputs {
+        Inputs::Texts(lines) => embed_texts(&ckpt, lines, &args, device, &opts)?,
+        Inputs::Images(files) => embed_images(&ckpt, files, &args, device, &opts)?,
     };
     match format {
         Format::Jsonl => {
@@ -109,24 +148,14 @@ pub fn run(args: EmbedArgs, device: &Device) -> Result<()> {
     Ok(())
 }
 
-fn embed_texts(
-    ckpt: &bindscope_core::Checkpoint,
-    path: &Path,
-    args: &EmbedArgs,
-    device: &Device,
-    opts: &bindscope_core::LoadOptions,
-) -> Result<(Vec<String>, Vec<f32>, usize)> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("reading --texts {}", path.display()))?;
-    // A byte-order mark is an encoding marker, not text (editors on Windows write one).
-    let text = match text.strip_prefix('\u{feff}') {
-        Some(rest) => {
-            eprintln!("{}: UTF-8 byte-order mark removed", path.display());
-            rest
-        }
-        None => text.as_str(),
-    };
-    let lines: Vec<String> = text.lines().map(str::to_string).collect();
+/// The lines of a `--texts` file: UTF-8 (an invalid byte is reported by line), a leading
+/// byte-order mark removed and said, no blank line, at least one line.
+fn read_texts(path: &Path) -> Result<Vec<String>> {
+    let file = bindscope_data::textfile::read_text_file(path).context("--texts")?;
+    if let Some(note) = file.bom_note() {
+        eprintln!("{note}");
+    }
+    let lines: Vec<String> = file.text.lines().map(str::to_string).collect();
     if let Some(n) = lines.iter().position(|l| l.trim().is_empty()) {
         bail!(
             "{}:{}: empty line (one input per line; remove blank lines)",
@@ -137,32 +166,52 @@ fn embed_texts(
     if lines.is_empty() {
         bail!("{}: no inputs", path.display());
     }
+    Ok(lines)
+}
+
+fn embed_texts(
+    ckpt: &bindscope_core::Checkpoint,
+    lines: Vec<String>,
+    args: &EmbedArgs,
+    device: &Device,
+    opts: &bindscope_core::LoadOptions,
+) -> Result<(Vec<String>, Vec<f32>, usize)> {
     let tok = Tokenizer::from_checkpoint(ckpt)?;
     let model = bindscope_models::registry::load_text(ckpt, device, opts)?;
     let pb = common::progress(lines.len() as u64, "texts");
     let mut rows = Vec::new();
     let mut dim = 0;
-    for batch in lines.chunks(args.batch_size) {
+    for (b, batch) in lines.chunks(args.batch_size).enumerate() {
+        let first = b * args.batch_size + 1;
+        let span = || {
+            format!(
+                "embedding lines {first}-{} of --texts (--batch-size {})",
+                first + batch.len() - 1,
+                args.batch_size
+            )
+        };
         let refs: Vec<&str> = batch.iter().map(String::as_str).collect();
-        let (ids, mask) = tok.encode_batch(&refs)?.tensors(device);
+        let (ids, mask) = tok.encode_batch(&refs).with_context(span)?.tensors(device);
         let e = model.embed_text(ids, mask);
         dim = e.dims()[1];
-        rows.extend(
-            bindscope_core::device::to_host_f32(e).context("embedding a batch (--batch-size)")?,
-        );
+        rows.extend(bindscope_core::device::to_host_f32(e).with_context(span)?);
         pb.inc(batch.len() as u64);
     }
     pb.finish_and_clear();
     Ok((lines, rows, dim))
 }
 
-fn embed_images(
-    ckpt: &bindscope_core::Checkpoint,
-    args: &EmbedArgs,
-    device: &Device,
-    opts: &bindscope_core::LoadOptions,
-) -> Result<(Vec<String>, Vec<f32>, usize)> {
-    let decode = DecodeOptions::hf();
+fn decode_options(args: &EmbedArgs) -> DecodeOptions {
+    match args.alpha {
+        AlphaArg::White => DecodeOptions::hf(),
+        AlphaArg::Ignore => DecodeOptions::hf_v4(),
+    }
+}
+
+/// The image files of `--images` (directories expanded); unreadable files are listed and stop
+/// the run unless `--skip-unreadable`.
+fn list_images(args: &EmbedArgs) -> Result<Vec<PathBuf>> {
+    let decode = decode_options(args);
     // Expand directories; every failure is reported, none is skipped silently.
     let mut files: Vec<PathBuf> = Vec::new();
     let mut failures: Vec<String> = Vec::new();
@@ -204,6 +253,30 @@ fn embed_images(
     if files.is_empty() {
         bail!("no images to embed");
     }
+    Ok(files)
+}
+
+/// `a.png, b.png, …` for messages.
+fn names(files: &[PathBuf]) -> String {
+    let shown: Vec<String> = files
+        .iter()
+        .take(4)
+        .map(|f| f.display().to_string())
+        .collect();
+    match files.len() {
+        n if n > 4 => format!("{} and {} more", shown.join(", "), n - 4),
+        _ => shown.join(", "),
+    }
+}
+
+fn embed_images(
+    ckpt: &bindscope_core::Checkpoint,
+    files: Vec<PathBuf>,
+    args: &EmbedArgs,
+    device: &Device,
+    opts: &bindscope_core::LoadOptions,
+) -> Result<(Vec<String>, Vec<f32>, usize)> {
+    let decode = decode_options(args);
     let processor =
         ImageProcessor::for_checkpoint(ckpt).context("cannot preprocess images for this model")?;
     let model = bindscope_models::registry::load_vision(ckpt, device, opts)?;
@@ -215,12 +288,33 @@ fn embed_images(
             .iter()
             .map(|f| decode_file(f, &decode))
             .collect::<Result<_, _>>()?;
-        let x = processor.pixel_values(&imgs, device)?;
+        // A processor without center crop keeps the aspect ratio: a batch must share one size.
+        let size = |i: &RgbImage| processor.output_size(i.width, i.height);
+        if let Some(k) = imgs.iter().position(|i| size(i) != size(&imgs[0])) {
+            let ((h0, w0), (hk, wk)) = (size(&imgs[0]), size(&imgs[k]));
+            bail!(
+                "{} ({}x{}) preprocesses to {w0}x{h0} but {} ({}x{}) to {wk}x{hk}: images of one \
+                 batch must come out at one size (this model's processor has no center crop); \
+                 pass --batch-size 1",
+                batch[0].display(),
+                imgs[0].width,
+                imgs[0].height,
+                batch[k].display(),
+                imgs[k].width,
+                imgs[k].height
+            );
+        }
+        let span = || {
+            format!(
+                "embedding {} (--batch-size {})",
+                names(batch),
+                args.batch_size
+            )
+        };
+        let x = processor.pixel_values(&imgs, device).with_context(span)?;
         let e = model.embed(x, args.output);
         dim = e.dims()[1];
-        rows.extend(
-            bindscope_core::device::to_host_f32(e).context("embedding a batch (--batch-size)")?,
-        );
+        rows.extend(bindscope_core::device::to_host_f32(e).with_context(span)?);
         pb.inc(batch.len() as u64);
     }
     pb.finish_and_clear();

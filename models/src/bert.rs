@@ -1,8 +1,15 @@
 //! BERT encoder (Devlin et al., 2019, "BERT: Pre-training of Deep Bidirectional Transformers for
 //! Language Understanding", <https://arxiv.org/abs/1810.04805>), as Hugging Face's `BertModel`,
-//! with the sentence-transformers sentence embedding (mean pooling over the attention mask, then
-//! L2 normalization: the recipe of `sentence-transformers/all-MiniLM-L6-v2`, Wang et al., 2020,
-//! "MiniLM", <https://arxiv.org/abs/2002.10957>).
+//! with the sentence-transformers sentence embedding.
+//!
+//! The sentence embedding ([`BertModel::sentence_embedding`], [`TextEncoder::embed_text`]) is
+//! the checkpoint's own when it is a sentence-transformers model (`modules.json`, read by
+//! [`bindscope_core::sentence`]): its `Pooling` modes (cls, max, mean, mean_sqrt_len_tokens,
+//! weightedmean, lasttoken, concatenated when several) and whether a `Normalize` follows, as
+//! `SentenceTransformer(dir).encode` computes it. Without those files it is mean pooling over
+//! the attention mask then L2 normalization (the recipe of
+//! `sentence-transformers/all-MiniLM-L6-v2`, Wang et al., 2020, "MiniLM",
+//! <https://arxiv.org/abs/2002.10957>).
 //!
 //! Post-norm blocks: `x = LN(x + Attn(x))`, `x = LN(x + FFN(x))`, with padding masked out of the
 //! attention keys.
@@ -24,6 +31,7 @@
 
 use crate::attention::{AttentionMask, multi_head_attention};
 use crate::{EncoderOutput, ForwardOptions, ModelError, ModelInfo, TextEncoder};
+use bindscope_core::sentence::{PoolingMode, SentencePooling};
 use bindscope_core::{Checkpoint, LoadOptions, load_strict};
 use burn::nn::{Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig, Linear, LinearConfig};
 use burn::prelude::*;
@@ -215,6 +223,7 @@ impl BertConfig {
             encoder: BertEncoder { layer },
             pooler,
             config: self.clone(),
+            sentence: SentencePooling::mean_normalized(),
         })
     }
 }
@@ -375,6 +384,10 @@ pub struct BertModel {
     /// The checkpoint's configuration.
     #[module(skip)]
     pub config: BertConfig,
+    /// How [`BertModel::sentence_embedding`] pools: the checkpoint's sentence-transformers
+    /// `Pooling` / `Normalize` modules, else [`SentencePooling::mean_normalized`].
+    #[module(skip)]
+    pub sentence: SentencePooling,
 }
 
 impl BertModel {
@@ -382,18 +395,23 @@ impl BertModel {
     /// used, except the `embeddings.position_ids` buffer and whatever `opts.benign_unused`
     /// allows. A `bert.` key prefix is stripped; the pooler is built only when the checkpoint has
     /// `pooler.dense`. Add [`TASK_HEADS`] to `opts.benign_unused` to ignore the heads of a
-    /// `BertFor*` checkpoint.
+    /// `BertFor*` checkpoint. The sentence embedding follows the checkpoint's
+    /// sentence-transformers modules when it has them ([`Checkpoint::sentence_transformers`]).
     ///
     /// # Errors
-    /// [`ModelError::Checkpoint`] for a bad `config.json`, [`ModelError::Unsupported`] for a
-    /// configuration this implementation does not cover, [`ModelError::Load`] listing every
-    /// missing / unexpected key and shape mismatch.
+    /// [`ModelError::Checkpoint`] for a bad `config.json` or sentence-transformers file (also a
+    /// pipeline that is not `Transformer → Pooling [→ Normalize]`), [`ModelError::Unsupported`]
+    /// for a configuration this implementation does not cover, [`ModelError::Load`] listing
+    /// every missing / unexpected key and shape mismatch.
     pub fn load(
         ckpt: &Checkpoint,
         device: &Device,
         opts: &LoadOptions,
     ) -> Result<Self, ModelError> {
         let config: BertConfig = ckpt.read_config()?;
+        let sentence = ckpt
+            .sentence_transformers()?
+            .map_or_else(SentencePooling::mean_normalized, |st| st.pooling);
         let mut keys = Vec::new();
         for file in &ckpt.weights {
             keys.extend(bindscope_core::load::read_safetensors_shapes(file)?.into_keys());
@@ -405,13 +423,14 @@ impl BertModel {
         let with_pooler = keys
             .iter()
             .any(|k| *k == format!("{prefix}pooler.dense.weight"));
-        let model =
+        let mut model =
             config
                 .init(with_pooler, device)
                 .map_err(|message| ModelError::Unsupported {
                     file: ckpt.config.display().to_string(),
                     message,
                 })?;
+        model.sentence = sentence;
 
         let mut opts = opts.clone();
         let mut remap: Vec<(String, String)> = Vec::new();
@@ -478,12 +497,14 @@ impl BertModel {
             }
         }
         let pooler_output = self.pool_cls(x.clone());
+        // Computed in the weights' dtype, returned in f32 (see `ModelInfo::dtype`).
         EncoderOutput {
             last_hidden_state: x,
             pooler_output,
             hidden_states,
             attentions,
         }
+        .into_f32()
     }
 
     /// `[N, T, D]` → `[N, D]`: the pooler applied to the first (CLS) token, or the CLS token
@@ -497,11 +518,12 @@ impl BertModel {
         }
     }
 
-    /// The sentence-transformers sentence embedding: [`mean_pool`] of `last_hidden_state` over
-    /// the attention mask, then [`l2_normalize`].
+    /// The sentence embedding: [`BertModel::pool_sentence`] of the forward pass's
+    /// `last_hidden_state`.
     ///
     /// # Shapes
-    /// `input_ids, attention_mask: [N, T]` → `[N, D]`, unit rows.
+    /// `input_ids, attention_mask: [N, T]` → `[N, E]`, `E = k·D` for `k` pooling modes (unit
+    /// rows when normalized).
     pub fn sentence_embedding(
         &self,
         input_ids: Tensor<2, Int>,
@@ -513,7 +535,93 @@ impl BertModel {
             None,
             ForwardOptions::default(),
         );
-        l2_normalize(mean_pool(out.last_hidden_state, attention_mask))
+        self.pool_sentence(out.last_hidden_state, attention_mask)
+    }
+
+    /// sentence-transformers' `Pooling` (each of [`BertModel::sentence`]'s modes by
+    /// [`pool`], concatenated) then, when the pipeline has it, `Normalize` ([`l2_normalize`]).
+    ///
+    /// # Shapes
+    /// `hidden: [N, T, D]`, `attention_mask: [N, T]` → `[N, k·D]`.
+    pub fn pool_sentence(&self, hidden: Tensor<3>, attention_mask: Tensor<2, Int>) -> Tensor<2> {
+        let parts: Vec<Tensor<2>> = self
+            .sentence
+            .modes
+            .iter()
+            .map(|&m| pool(m, hidden.clone(), attention_mask.clone()))
+            .collect();
+        let pooled = if parts.len() == 1 {
+            parts.into_iter().next().expect("one mode")
+        } else {
+            Tensor::cat(parts, 1)
+        };
+        if self.sentence.normalize {
+            l2_normalize(pooled)
+        } else {
+            pooled
+        }
+    }
+}
+
+/// One sentence-transformers pooling mode over the tokens where `attention_mask` is 1 (the
+/// formulas of [`PoolingMode`]; `Pooling._forward_padded` of sentence-transformers 6.2).
+///
+/// # Shapes
+/// `hidden: [N, T, D]`, `attention_mask: [N, T]` → `[N, D]`.
+pub fn pool(mode: PoolingMode, hidden: Tensor<3>, attention_mask: Tensor<2, Int>) -> Tensor<2> {
+    let [n, t, d] = hidden.dims();
+    let device = hidden.device();
+    // Index of the first and of the last unmasked token of each row (0 and T-1 for an empty
+    // row, as torch's argmax and sentence-transformers' fallback give).
+    let positions = || Tensor::<1, Int>::arange(0..t as i64, &device).reshape([1, t]);
+    // torch's `mask.argmax(1)`: the first unmasked position, 0 when there is none.
+    let first_unmasked = || -> Tensor<2, Int> {
+        let unmasked = attention_mask.clone().equal_elem(0);
+        let first = positions()
+            .expand([n, t])
+            .mask_fill(unmasked, t as i64)
+            .min_dim(1); // [N, 1]
+        first.clone().mask_fill(first.equal_elem(t as i64), 0)
+    };
+    let gather_row = |idx: Tensor<2, Int>| -> Tensor<2> {
+        let idx = idx.reshape([n, 1, 1]).expand([n, 1, d]);
+        hidden.clone().gather(1, idx).reshape([n, d])
+    };
+    match mode {
+        PoolingMode::Mean => mean_pool(hidden, attention_mask),
+        PoolingMode::MeanSqrtLenTokens => {
+            let m = attention_mask.float().reshape([n, t, 1]);
+            let sum = (hidden * m.clone()).sum_dim(1).reshape([n, d]);
+            sum / m.sum_dim(1).reshape([n, 1]).clamp_min(1e-9).sqrt()
+        }
+        PoolingMode::Max => {
+            let masked = attention_mask
+                .equal_elem(0)
+                .reshape([n, t, 1])
+                .expand([n, t, d]);
+            hidden
+                .mask_fill(masked, f32::NEG_INFINITY)
+                .max_dim(1)
+                .reshape([n, d])
+        }
+        PoolingMode::WeightedMean => {
+            let w = (positions() + 1 - first_unmasked()).float(); // [N, T]
+            let wm = (attention_mask.float() * w).reshape([n, t, 1]);
+            let sum = (hidden * wm.clone()).sum_dim(1).reshape([n, d]);
+            sum / wm.sum_dim(1).reshape([n, 1]).clamp_min(1e-9)
+        }
+        PoolingMode::Cls => gather_row(first_unmasked()),
+        PoolingMode::LastToken => {
+            // Last unmasked index = T-1 - argmax over the reversed mask; an all-padding row
+            // reads position T-1 (zeroed by the mask, as in sentence-transformers).
+            let any = attention_mask.clone().sum_dim(1).greater_elem(0); // [N, 1]
+            let last = (positions() * attention_mask.clone()).max_dim(1); // [N, 1]
+            let last = last.mask_where(any.bool_not(), Tensor::full([n, 1], t as i64 - 1, &device));
+            let m = attention_mask.float().reshape([n, t, 1]);
+            let hidden = hidden * m;
+            let idx = last.reshape([n, 1, 1]).expand([n, 1, d]);
+            hidden.gather(1, idx).reshape([n, d])
+        }
     }
 }
 
@@ -557,8 +665,9 @@ impl TextEncoder for BertModel {
         let c = &self.config;
         ModelInfo {
             model_type: c.model_type.clone(),
+            dtype: bindscope_core::load::dtype_name(self.embeddings.word_embeddings.weight.dtype()),
             hidden_size: c.hidden_size,
-            embed_dim: c.hidden_size,
+            embed_dim: c.hidden_size * self.sentence.modes.len(),
             num_layers: c.num_hidden_layers,
             num_heads: c.num_attention_heads,
             num_params: self.num_params(),

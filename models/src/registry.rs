@@ -4,8 +4,8 @@
 //! | `model_type` | HF class | vision tower | text tower |
 //! |---|---|---|---|
 //! | `clip` | `CLIPModel` | [`crate::clip`] vision + `visual_projection` | [`crate::clip`] text + `text_projection` |
-//! | `clip_vision_model` | `CLIPVisionModelWithProjection` | [`crate::clip::ClipVisionModel`] | — |
-//! | `clip_text_model` | `CLIPTextModelWithProjection` | — | [`crate::clip::ClipTextModel`] |
+//! | `clip_vision_model` | `CLIPVisionModelWithProjection`, `CLIPVisionModel` | [`crate::clip::ClipVisionModel`] | — |
+//! | `clip_text_model` | `CLIPTextModelWithProjection`, `CLIPTextModel` | — | [`crate::clip::ClipTextModel`] |
 //! | `siglip` | `SiglipModel` | [`crate::siglip`] vision + MAP head | [`crate::siglip`] text + head |
 //! | `siglip_vision_model` | `SiglipVisionModel` | [`crate::siglip::SiglipVisionModel`] | — |
 //! | `siglip_text_model` | `SiglipTextModel` | — | [`crate::siglip::SiglipTextModel`] |
@@ -13,6 +13,11 @@
 //! | `vit` | `ViTModel` | [`crate::vit::ViTModel`] | — |
 //! | `vit_mae` | `ViTMAEModel` | [`crate::vit_mae::ViTMAEModel`] | — |
 //! | `bert` | `BertModel` | — | [`crate::bert::BertModel`] |
+//!
+//! A standalone tower is loaded in every key layout transformers 4.x and 5.x write for it (5.x
+//! saves `CLIPVisionModel`, `CLIPTextModel`, `SiglipVisionModel`, `SiglipTextModel` without the
+//! `vision_model.` / `text_model.` prefix), told apart by the keys present
+//! ([`crate::clip::TowerLayout`]).
 //!
 //! The `model_type` strings are the model files' `MODEL_TYPE` constants; a new architecture adds
 //! one row here (and a `causal_lm` loader column when decoders land).
@@ -83,13 +88,13 @@ pub const ARCHITECTURES: &[Architecture] = &[
     },
     Architecture {
         model_types: &[clip::VISION_MODEL_TYPE],
-        hf_class: "CLIPVisionModelWithProjection",
+        hf_class: "CLIPVisionModelWithProjection / CLIPVisionModel",
         vision: Some(CLIP_VISION),
         text: None,
     },
     Architecture {
         model_types: &[clip::TEXT_MODEL_TYPE],
-        hf_class: "CLIPTextModelWithProjection",
+        hf_class: "CLIPTextModelWithProjection / CLIPTextModel",
         vision: None,
         text: Some(CLIP_TEXT),
     },
@@ -183,16 +188,33 @@ pub fn load_vision(
     }
 }
 
-/// Loads the text encoder of a checkpoint.
+/// Loads the text encoder of a checkpoint. A sentence-transformers checkpoint
+/// ([`Checkpoint::sentence_transformers`]) embeds as its modules say (BERT only: see
+/// [`crate::bert`]).
 ///
 /// # Errors
-/// [`ModelError`] for unreadable configs, unsupported architectures or mismatching weights.
+/// [`ModelError`] for unreadable configs, unsupported architectures or mismatching weights; a
+/// sentence-transformers pipeline over another architecture than BERT is
+/// [`ModelError::Unsupported`] (naming its `modules.json`) rather than silently embedded another
+/// way.
 pub fn load_text(
     ckpt: &Checkpoint,
     device: &Device,
     opts: &LoadOptions,
 ) -> Result<Box<dyn TextEncoder>, ModelError> {
     let mt = model_type(ckpt)?;
+    if mt != bert::MODEL_TYPE
+        && let Some(st) = ckpt.sentence_transformers()?
+    {
+        return Err(ModelError::Unsupported {
+            file: st.modules_file.display().to_string(),
+            message: format!(
+                "a sentence-transformers pipeline over model_type '{mt}' is not implemented \
+                 (only over {}); remove modules.json to use the model's own text embedding",
+                bert::MODEL_TYPE
+            ),
+        });
+    }
     match find(&mt).and_then(|a| a.text) {
         Some(load) => load(ckpt, device, opts),
         None => Err(unsupported(

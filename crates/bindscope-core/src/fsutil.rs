@@ -15,6 +15,48 @@ pub fn temp_prefix(path: &Path) -> String {
     format!(".{name}.")
 }
 
+/// Checks, before any work, that [`write_atomic`] could write `path`: its directory exists (it
+/// is not created) and takes a new file, and `path` is not a directory. The probe is a
+/// temporary file of the kind the write uses, removed at once.
+///
+/// # Errors
+/// An I/O error naming `path` and, for the directory, the directory.
+pub fn check_writable(path: &Path) -> std::io::Result<()> {
+    let err = |kind, m: String| std::io::Error::new(kind, format!("{}: {m}", path.display()));
+    if path.is_dir() {
+        return Err(err(
+            std::io::ErrorKind::IsADirectory,
+            "is a directory".into(),
+        ));
+    }
+    let parent = match path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        Some(p) => p,
+        None => Path::new("."),
+    };
+    if !parent.is_dir() {
+        let why = if parent.exists() {
+            "is not a directory"
+        } else {
+            "does not exist"
+        };
+        return Err(err(
+            std::io::ErrorKind::NotFound,
+            format!("{} {why}", parent.display()),
+        ));
+    }
+    tempfile::Builder::new()
+        .prefix(&temp_prefix(path))
+        .suffix(".tmp")
+        .tempfile_in(parent)
+        .map(drop)
+        .map_err(|e| {
+            err(
+                e.kind(),
+                format!("cannot create a file in {}: {e}", parent.display()),
+            )
+        })
+}
+
 /// Writes `bytes` to `path` atomically: either the old file (or nothing) or the complete new
 /// file is visible, never a partial one.
 ///
@@ -127,6 +169,26 @@ mod tests {
         write_atomic(&atomic, b"x").unwrap();
         let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode(&atomic), mode(&plain));
+    }
+
+    #[test]
+    fn check_writable_names_what_is_wrong_and_leaves_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("emb.jsonl");
+        check_writable(&out).unwrap();
+        assert_eq!(
+            std::fs::read_dir(dir.path()).unwrap().count(),
+            0,
+            "probe left behind"
+        );
+        let e = check_writable(&dir.path().join("no-such-dir/emb.jsonl")).unwrap_err();
+        assert!(e.to_string().contains("no-such-dir does not exist"), "{e}");
+        std::fs::write(dir.path().join("file"), b"").unwrap();
+        let e = check_writable(&dir.path().join("file/emb.jsonl")).unwrap_err();
+        assert!(e.to_string().contains("file is not a directory"), "{e}");
+        std::fs::create_dir(&out).unwrap();
+        let e = check_writable(&out).unwrap_err();
+        assert!(e.to_string().contains("emb.jsonl: is a directory"), "{e}");
     }
 
     #[test]

@@ -8,7 +8,7 @@
 //!
 //! | family | truncation | padding | HF call it reproduces |
 //! |---|---|---|---|
-//! | [`TextFamily::Bert`] | 512 (model max) | longest in the batch | `tok(texts, padding=True, truncation=True, max_length=512)` |
+//! | [`TextFamily::Bert`] | 512 (model max; a sentence-transformers model's `max_seq_length`) | longest in the batch | `tok(texts, padding=True, truncation=True, max_length=512)` |
 //! | [`TextFamily::Clip`] | 77, keeping `<\|endoftext\|>` last | longest, or 77 with [`Padding::MaxLength`] | `tok(texts, padding=True \| "max_length", truncation=True, max_length=77)` |
 //! | [`TextFamily::Siglip`] | 64 | always to 64 | `tok(texts, padding="max_length", truncation=True, max_length=64)` |
 //!
@@ -17,6 +17,28 @@
 //! policy's [`TextPolicy::pad_token`], `pad_token` of `tokenizer_config.json` or
 //! `special_tokens_map.json` next to the file (as transformers does), the file's own padding
 //! section, then the family default (`[PAD]`, `<|endoftext|>`, `</s>`).
+//!
+//! BERT tokenizers are normalized as transformers 5's `BertTokenizer` builds them: when a
+//! `tokenizer_config.json` of a BERT tokenizer sits next to the file, its `do_lower_case`
+//! (default true), `strip_accents` and `tokenize_chinese_chars` decide the `BertNormalizer`, and
+//! the normalizer stored in `tokenizer.json` is not used (they agree in every Hub checkpoint we
+//! know; a file re-saved by sentence-transformers 6 with `do_lower_case` can differ, and
+//! transformers then does not lowercase).
+//!
+//! The pad token only pads. LAION / OpenCLIP checkpoints converted to Hugging Face layout name
+//! `"!"` as their pad token (OpenCLIP pads with id 0, which is `!` in the CLIP vocabulary);
+//! transformers registers a pad token as a special token, so a literal `!` in a caption becomes
+//! id 0 instead of the text token `!</w>` (and `!!` two such ids instead of `!!</w>`). OpenCLIP,
+//! which trained these checkpoints, tokenizes `!` as text, and so does bindscope: for the CLIP
+//! family a pad token that is an ordinary entry of the BPE vocabulary is not matched in the text,
+//! even when `tokenizer.json` lists it among its added tokens (files re-saved by transformers ≥
+//! 4.34 do). Captions without `!` are tokenized as transformers does; OpenAI CLIP checkpoints
+//! (pad `<|endoftext|>`) are not affected.
+//!
+//! A checkpoint that is a sentence-transformers model ([`TextPolicy::from_checkpoint`], from
+//! `bindscope_core::sentence`) truncates at its `max_seq_length` (256 for all-MiniLM-L6-v2, not the
+//! model's 512) and, with `do_lower_case`, lowercases before the tokenizer's own normalizer, as
+//! `SentenceTransformer(dir).encode` does.
 //!
 //! Not reproduced: OpenAI CLIP's ftfy / HTML-unescape text cleaning (HF `CLIPTokenizerFast` does
 //! not run it either) and the slow `SiglipTokenizer`'s punctuation canonicalisation.
@@ -57,6 +79,10 @@ pub enum TextError {
         /// The tokenizers crate's message.
         message: String,
     },
+    /// A checkpoint file (`config.json`, the sentence-transformers files) could not be read or
+    /// describes something not implemented.
+    #[error(transparent)]
+    Checkpoint(#[from] bindscope_core::CheckpointError),
     /// No policy for this `model_type`.
     #[error(
         "no tokenization policy for model_type '{0}' (known: bert, clip, clip_text_model, siglip, siglip_text_model)"
@@ -111,17 +137,27 @@ pub struct TextPolicy {
     /// Pad token overriding the one found next to the tokenizer file.
     #[serde(default)]
     pub pad_token: Option<String>,
+    /// Lowercase the text before the tokenizer's own normalizer (sentence-transformers'
+    /// `do_lower_case`; a no-op when the normalizer already is or contains `Lowercase`).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub lowercase: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 impl TextPolicy {
     /// BERT / MiniLM: truncate at 512, pad to the longest in the batch. (sentence-transformers'
-    /// all-MiniLM-L6-v2 truncates at 256: use [`TextPolicy::with_max_length`] to match it.)
+    /// all-MiniLM-L6-v2 truncates at 256: [`TextPolicy::from_checkpoint`] reads that from its
+    /// `sentence_bert_config.json`.)
     pub fn bert() -> Self {
         Self {
             family: TextFamily::Bert,
             max_length: 512,
             padding: Padding::Longest,
             pad_token: None,
+            lowercase: false,
         }
     }
 
@@ -134,6 +170,7 @@ impl TextPolicy {
             max_length: 77,
             padding: Padding::Longest,
             pad_token: None,
+            lowercase: false,
         }
     }
 
@@ -153,6 +190,7 @@ impl TextPolicy {
             max_length: 64,
             padding: Padding::MaxLength,
             pad_token: None,
+            lowercase: false,
         }
     }
 
@@ -172,6 +210,11 @@ impl TextPolicy {
             pad_token: Some(pad_token.into()),
             ..self
         }
+    }
+
+    /// Same policy, lowercasing the text first (sentence-transformers' `do_lower_case`).
+    pub fn with_lowercase(self, lowercase: bool) -> Self {
+        Self { lowercase, ..self }
     }
 
     /// The default policy of a checkpoint's `model_type` (`bert`, `clip`, `clip_text_model`,
@@ -205,6 +248,29 @@ impl TextPolicy {
             Some(n) if n > 0 => Ok(policy.with_max_length(n as usize)),
             _ => Ok(policy),
         }
+    }
+
+    /// The policy of a checkpoint: [`TextPolicy::from_config`] of its `config.json`, then, when
+    /// the checkpoint is a sentence-transformers model
+    /// ([`Checkpoint::sentence_transformers`](bindscope_core::Checkpoint::sentence_transformers)),
+    /// its `max_seq_length` (capped at `max_position_embeddings`: the model has no position
+    /// beyond it) and `do_lower_case`.
+    ///
+    /// # Errors
+    /// [`TextError::Checkpoint`] for an unreadable `config.json` or sentence-transformers file,
+    /// or a sentence-transformers pipeline bindscope does not implement;
+    /// [`TextError::UnknownModelType`].
+    pub fn from_checkpoint(ckpt: &bindscope_core::Checkpoint) -> Result<Self, TextError> {
+        let policy = Self::from_config(&ckpt.config_json()?)?;
+        Ok(match ckpt.sentence_transformers()? {
+            None => policy,
+            Some(st) => {
+                let cap = policy.max_length;
+                policy
+                    .with_max_length(st.max_seq_length.map_or(cap, |n| n.min(cap)))
+                    .with_lowercase(st.do_lower_case)
+            }
+        })
     }
 }
 
@@ -281,6 +347,75 @@ fn pad_token_in(path: &Path) -> Result<Option<String>, TextError> {
     })
 }
 
+/// The `BertNormalizer` transformers 5's `BertTokenizer` builds from a `tokenizer_config.json`
+/// (`do_lower_case` default true, `tokenize_chinese_chars` default true, `strip_accents` default
+/// none), when the file is a BERT tokenizer's (`tokenizer_class` `BertTokenizer[Fast]` or absent).
+fn bert_normalizer_in(path: &Path) -> Result<Option<tokenizers::NormalizerWrapper>, TextError> {
+    if !path.is_file() {
+        return Ok(None);
+    }
+    let bad = |m: String| TextError::File {
+        path: path.to_path_buf(),
+        message: m,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+    let v: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| bad(format!("bad JSON: {e}")))?;
+    match v.get("tokenizer_class").and_then(|c| c.as_str()) {
+        None | Some("BertTokenizer" | "BertTokenizerFast") => {}
+        Some(_) => return Ok(None),
+    }
+    let flag = |key: &str| -> Result<Option<bool>, TextError> {
+        match v.get(key) {
+            None | Some(serde_json::Value::Null) => Ok(None),
+            Some(serde_json::Value::Bool(b)) => Ok(Some(*b)),
+            Some(other) => Err(bad(format!("{key}: expected true or false, found {other}"))),
+        }
+    };
+    let lowercase = flag("do_lower_case")?.unwrap_or(true);
+    let chinese = flag("tokenize_chinese_chars")?.unwrap_or(true);
+    let strip_accents = flag("strip_accents")?;
+    Ok(Some(
+        tokenizers::normalizers::BertNormalizer::new(true, chinese, strip_accents, lowercase)
+            .into(),
+    ))
+}
+
+/// Whether a normalizer is, or is a sequence holding, `Lowercase` (sentence-transformers then
+/// adds none).
+fn has_lowercase(n: &tokenizers::NormalizerWrapper) -> bool {
+    use tokenizers::NormalizerWrapper as N;
+    match n {
+        N::Lowercase(_) => true,
+        N::Sequence(seq) => seq.as_ref().iter().any(|m| matches!(m, N::Lowercase(_))),
+        _ => false,
+    }
+}
+
+/// Whether `pad` is an ordinary entry of the model's vocabulary that `tokenizer.json` also lists
+/// as an added token, so that the tokenizer would match it inside the text (LAION / OpenCLIP's
+/// `"!"` in a file re-saved by transformers).
+fn pads_text(inner: &tokenizers::Tokenizer, pad: &str) -> bool {
+    inner.get_vocab(false).contains_key(pad)
+        && inner
+            .get_added_tokens_decoder()
+            .values()
+            .any(|t| t.content == pad)
+}
+
+/// The tokenizer of `path` without `token` among its added tokens (it stays in the model's
+/// vocabulary, with its id).
+fn without_added_token(path: &Path, token: &str) -> Result<tokenizers::Tokenizer, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
+    let mut v: serde_json::Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+    if let Some(list) = v.get_mut("added_tokens").and_then(|a| a.as_array_mut()) {
+        list.retain(|t| t.get("content").and_then(|c| c.as_str()) != Some(token));
+    }
+    v.to_string()
+        .parse::<tokenizers::Tokenizer>()
+        .map_err(|e| e.to_string())
+}
+
 impl Tokenizer {
     /// Reads a `tokenizer.json` and applies `policy`.
     ///
@@ -315,6 +450,25 @@ impl Tokenizer {
         let pad_token = pad_token
             .or_else(|| inner.get_padding().map(|p| p.pad_token.clone()))
             .unwrap_or_else(|| policy.family.default_pad_token().to_string());
+        if policy.family == TextFamily::Clip && pads_text(&inner, &pad_token) {
+            inner = without_added_token(&path, &pad_token)
+                .map_err(|e| bad(format!("not a valid tokenizer.json: {e}")))?;
+        }
+        if policy.family == TextFamily::Bert
+            && let Some(n) = bert_normalizer_in(&dir.join("tokenizer_config.json"))?
+        {
+            inner.with_normalizer(Some(n));
+        }
+        if policy.lowercase && !inner.get_normalizer().is_some_and(has_lowercase) {
+            let mut seq: Vec<tokenizers::NormalizerWrapper> =
+                vec![tokenizers::normalizers::Lowercase.into()];
+            match inner.get_normalizer().cloned() {
+                Some(tokenizers::NormalizerWrapper::Sequence(s)) => seq.extend(s),
+                Some(n) => seq.push(n),
+                None => {}
+            }
+            inner.with_normalizer(Some(tokenizers::normalizers::Sequence::new(seq)));
+        }
         let pad_id = inner
             .token_to_id(&pad_token)
             .ok_or_else(|| bad(format!("pad token '{pad_token}' is not in the vocabulary")))?;
@@ -356,18 +510,14 @@ impl Tokenizer {
         })
     }
 
-    /// Reads a checkpoint's `tokenizer.json` with the policy of its `config.json`
-    /// ([`TextPolicy::from_config`]).
+    /// Reads a checkpoint's `tokenizer.json` with the checkpoint's policy
+    /// ([`TextPolicy::from_checkpoint`]: its `config.json` and sentence-transformers files).
     ///
     /// # Errors
-    /// [`TextError::File`] when the checkpoint has no `tokenizer.json` or its `config.json`
-    /// cannot be read; the errors of [`TextPolicy::from_config`] and [`Tokenizer::from_file`].
+    /// [`TextError::File`] when the checkpoint has no `tokenizer.json`; the errors of
+    /// [`TextPolicy::from_checkpoint`] and [`Tokenizer::from_file`].
     pub fn from_checkpoint(ckpt: &bindscope_core::Checkpoint) -> Result<Self, TextError> {
-        let config = ckpt.config_json().map_err(|e| TextError::File {
-            path: ckpt.config.clone(),
-            message: e.to_string(),
-        })?;
-        let policy = TextPolicy::from_config(&config)?;
+        let policy = TextPolicy::from_checkpoint(ckpt)?;
         let path = ckpt.tokenizer.clone().ok_or_else(|| TextError::File {
             path: ckpt.dir().join("tokenizer.json"),
             message: "checkpoint has no tokenizer.json".into(),

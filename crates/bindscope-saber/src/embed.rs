@@ -232,11 +232,9 @@ pub fn embed_items_text(
 }
 
 /// The tokenizer of a checkpoint for embedding: `tokenizer` (or the checkpoint's
-/// `tokenizer.json`) with the policy of its `config.json` ([`TextPolicy::from_config`]);
-/// the maximum length is, in order: `max_length`, `max_seq_length` of a
-/// sentence-transformers `sentence_bert_config.json` next to the config (256 for
-/// all-MiniLM-L6-v2, as sentence-transformers truncates), the policy's (capped by
-/// `max_position_embeddings`).
+/// `tokenizer.json`) with the checkpoint's policy ([`TextPolicy::from_checkpoint`]: its
+/// `config.json` and, for a sentence-transformers model, `max_seq_length` — 256 for
+/// all-MiniLM-L6-v2 — and `do_lower_case`); `max_length`, when given, replaces the length.
 ///
 /// # Errors
 /// [`SaberError::Text`] for unreadable files or unknown model types; [`SaberError::Invalid`]
@@ -250,7 +248,6 @@ pub fn tokenizer_for(
         .config_json()
         .map_err(|e| SaberError::Invalid(e.to_string()))?;
     let mut policy = TextPolicy::from_config(&config)?;
-    let st = ckpt.dir().join("sentence_bert_config.json");
     if let Some(n) = max_length {
         // The model has no position embedding past its own length: refuse, as transformers does.
         if n == 0 || n > policy.max_length {
@@ -261,19 +258,10 @@ pub fn tokenizer_for(
                 policy.max_length
             )));
         }
-        policy = policy.with_max_length(n);
-    } else if st.is_file() {
-        let text = std::fs::read_to_string(&st).map_err(|e| SaberError::io(&st, e))?;
-        let v: serde_json::Value = serde_json::from_str(&text)
-            .map_err(|e| SaberError::Invalid(format!("{}: invalid JSON: {e}", st.display())))?;
-        if let Some(n) = v
-            .get("max_seq_length")
-            .and_then(|n| n.as_u64())
-            .filter(|&n| n > 0)
-        {
-            let cap = policy.max_length;
-            policy = policy.with_max_length((n as usize).min(cap));
-        }
+        // The checkpoint's own policy (sentence-transformers lowercasing included), this length.
+        policy = TextPolicy::from_checkpoint(ckpt)?.with_max_length(n);
+    } else {
+        policy = TextPolicy::from_checkpoint(ckpt)?;
     }
     let path: PathBuf = match tokenizer {
         Some(p) => p.to_path_buf(),

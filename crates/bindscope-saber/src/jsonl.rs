@@ -93,12 +93,22 @@ pub fn write_prompts(path: &Path, rows: &[PromptRow]) -> Result<(), SaberError> 
 
 /// Reads and validates a `saber.jsonl`.
 ///
+/// The file is read by [`bindscope_data::textfile::read_text_file`]: UTF-8, a leading
+/// byte-order mark removed (and said on stderr).
+///
 /// # Errors
-/// [`SaberError::Io`] when the file cannot be read; bad rows are not errors but
-/// [`ReadOutcome::rejected`].
+/// [`SaberError::Io`] when the file cannot be read, [`SaberError::Invalid`] naming the line of
+/// the first byte that is not UTF-8; bad rows are not errors but [`ReadOutcome::rejected`].
 pub fn read_items(path: &Path) -> Result<ReadOutcome, SaberError> {
-    let text = std::fs::read_to_string(path).map_err(|e| SaberError::io(path, e))?;
-    Ok(parse_items(&text))
+    use bindscope_data::textfile::{TextFileError, read_text_file};
+    let file = read_text_file(path).map_err(|e| match e {
+        TextFileError::Io { path, source } => SaberError::io(path, source),
+        e => SaberError::Invalid(e.to_string()),
+    })?;
+    if let Some(note) = file.bom_note() {
+        eprintln!("{note}");
+    }
+    Ok(parse_items(&file.text))
 }
 
 /// Parses and validates JSONL text (see the module table for the rules).

@@ -207,12 +207,22 @@ pub fn import_str(source: &str, text: &str, seen: &mut Seen) -> (Vec<Example>, I
     (kept, report)
 }
 
-/// Reads and validates a JSONL file.
+/// Reads and validates a JSONL file, read by [`bindscope_data::textfile::read_text_file`]
+/// (UTF-8, a leading byte-order mark removed and said on stderr).
 ///
 /// # Errors
-/// The file cannot be read (bad rows are not errors: they are in the report).
+/// The file cannot be read, or is not UTF-8 (the message names the line); bad rows are not
+/// errors: they are in the report.
 pub fn import_file(path: &Path, seen: &mut Seen) -> std::io::Result<(Vec<Example>, ImportReport)> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
-    Ok(import_str(&path.display().to_string(), &text, seen))
+    use bindscope_data::textfile::{TextFileError, read_text_file};
+    let file = read_text_file(path).map_err(|e| match &e {
+        TextFileError::Io { source, .. } => std::io::Error::new(source.kind(), e.to_string()),
+        TextFileError::NotUtf8 { .. } => {
+            std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string())
+        }
+    })?;
+    if let Some(note) = file.bom_note() {
+        eprintln!("{note}");
+    }
+    Ok(import_str(&path.display().to_string(), &file.text, seen))
 }
