@@ -1,5 +1,6 @@
-//! Image decoding and preprocessing against Pillow + the transformers slow image processors
-//! (fixture `tests/fixtures/images`, generator `tests/fixtures/gen/images.py`).
+//! Image decoding and preprocessing against Pillow + the transformers 5.x image processors on
+//! their PIL backend (fixture `tests/fixtures/images`, generator `tests/fixtures/gen/images.py`,
+//! versions in its `meta.json`).
 //!
 //! - decoded RGB arrays must be equal byte for byte (JPEG included: the decoder follows
 //!   libjpeg-turbo, which Pillow links);
@@ -16,19 +17,42 @@ use bindscope_data::image::{
 use common::fixture;
 use std::path::PathBuf;
 
-const FILES: [&str; 10] = [
+const FILES: [&str; 15] = [
     "cmyk.jpg",
     "gray.png",
     "gray16.png",
     "gray_alpha.png",
+    "gray_alpha16.png",
     "gray_jpeg.jpg",
+    "gray_trns.png",
     "palette.png",
+    "palette_alpha.png",
     "rgb16.png",
     "rgb_exif6.jpg",
     "rgb_prog_exif3.jpg",
+    "rgb_trns.png",
     "rgba.png",
+    "rgba16.png",
 ];
-const ALPHA_FILES: [&str; 3] = ["gray_alpha.png", "palette.png", "rgba.png"];
+/// Files with an alpha band or a `tRNS` transparency (transformers 5.x composites them).
+const ALPHA_FILES: [&str; 8] = [
+    "gray_alpha.png",
+    "gray_alpha16.png",
+    "gray_trns.png",
+    "palette.png",
+    "palette_alpha.png",
+    "rgb_trns.png",
+    "rgba.png",
+    "rgba16.png",
+];
+/// Transparency variants preprocessed by one processor only (`bit`, DINOv2 style).
+const ALPHA_VARIANTS: [&str; 5] = [
+    "gray_alpha16.png",
+    "gray_trns.png",
+    "palette_alpha.png",
+    "rgb_trns.png",
+    "rgba16.png",
+];
 const PROCESSORS: [&str; 6] = ["clip", "siglip", "bit", "vit", "clip_pad", "vit_lanczos"];
 /// Max abs error allowed on pixel_values (uint8-exact resize; f32 rounding only).
 const TOL: f32 = 1e-4;
@@ -140,22 +164,59 @@ fn decoded_rgb_equals_pillow() {
     }
 }
 
+/// transformers 5.x composites transparency over white (`decoded.*`, made by its own
+/// `convert_to_rgb`); [`DecodeOptions::hf_v4`] keeps 4.x's dropped alpha (`decoded_v4.*`).
 #[test]
-fn alpha_composited_on_white_equals_pillow_alpha_composite() {
+fn transparency_follows_transformers_5_and_4() {
     let fx = Fixture::open();
-    assert_eq!(
-        DecodeOptions::default().alpha,
-        Alpha::Composite([255, 255, 255])
-    );
+    assert_eq!(DecodeOptions::hf(), DecodeOptions::default());
     for file in ALPHA_FILES {
-        let key = format!("decoded_white.{}", stem(file));
-        assert!(fx.has(&key), "fixture lacks {key}");
-        let got = decode_file(files_dir().join(file), &DecodeOptions::default()).unwrap();
-        assert_same_image(&format!("{file} on white"), &got, &fx.rgb(&key));
-        // And dropping alpha is a different image for these files (the test can fail).
-        let dropped = decode_file(files_dir().join(file), &DecodeOptions::hf()).unwrap();
+        let (v5, v4) = (
+            format!("decoded.{}", stem(file)),
+            format!("decoded_v4.{}", stem(file)),
+        );
+        assert!(fx.has(&v4), "fixture lacks {v4}");
+        let got = decode_file(files_dir().join(file), &DecodeOptions::hf()).unwrap();
+        assert_same_image(&format!("{file} (transformers 5)"), &got, &fx.rgb(&v5));
+        let white = decode_file(
+            files_dir().join(file),
+            &DecodeOptions {
+                alpha: Alpha::WHITE,
+                exif_orientation: true,
+            },
+        )
+        .unwrap();
+        assert_eq!(white, got, "{file}: Alpha::WHITE");
+        let dropped = decode_file(files_dir().join(file), &DecodeOptions::hf_v4()).unwrap();
+        assert_same_image(&format!("{file} (transformers 4)"), &dropped, &fx.rgb(&v4));
         assert_ne!(got, dropped, "{file}: compositing changed nothing");
     }
+    // Files without transparency decode the same either way.
+    for file in FILES.iter().filter(|f| !ALPHA_FILES.contains(f)) {
+        let key = format!("decoded_v4.{}", stem(file));
+        assert!(!fx.has(&key), "{key} for a file without transparency");
+        assert_eq!(
+            decode_file(files_dir().join(file), &DecodeOptions::hf()).unwrap(),
+            decode_file(files_dir().join(file), &DecodeOptions::hf_v4()).unwrap(),
+            "{file}"
+        );
+    }
+}
+
+/// Every (value, alpha) pair: `alpha_table/rgba.png` decoded with [`DecodeOptions::hf`] equals
+/// `alpha_table/white.png`, transformers' `convert_to_rgb` of it (Pillow's `alpha_composite`).
+#[test]
+fn alpha_composite_equals_pillow_on_every_value_and_alpha() {
+    let dir = fixture("images").join("alpha_table");
+    let got = decode_file(dir.join("rgba.png"), &DecodeOptions::hf()).unwrap();
+    let want = decode_file(dir.join("white.png"), &DecodeOptions::hf()).unwrap();
+    assert_eq!((got.width, got.height), (256, 256));
+    assert_same_image("alpha_table", &got, &want);
+    // The table is what it claims: alpha 0 gives white, alpha 255 the stored values.
+    let dropped = decode_file(dir.join("rgba.png"), &DecodeOptions::hf_v4()).unwrap();
+    assert_eq!(&got.data[..3], &[255, 255, 255]);
+    let last_row = 255 * 256 * 3;
+    assert_eq!(&got.data[last_row..], &dropped.data[last_row..]);
 }
 
 #[test]
@@ -190,7 +251,7 @@ fn exif_orientation_all_eight_values() {
 }
 
 #[test]
-fn pixel_values_match_transformers_slow_processors() {
+fn pixel_values_match_transformers_pil_processors() {
     let fx = Fixture::open();
     let device = bindscope_core::device::test_device();
     let mut checked = 0;
@@ -205,7 +266,11 @@ fn pixel_values_match_transformers_slow_processors() {
         for file in FILES {
             let key = format!("pixel_values.{proc_name}.{}", stem(file));
             if !fx.has(&key) {
-                assert!(proc_name.contains('_'), "fixture lacks {key}");
+                assert!(
+                    proc_name.contains('_')
+                        || (ALPHA_VARIANTS.contains(&file) && proc_name != "bit"),
+                    "fixture lacks {key}"
+                );
                 continue;
             }
             let (shape, want) = fx.f32(&key);
@@ -246,7 +311,7 @@ fn pixel_values_match_transformers_slow_processors() {
     }
     assert_eq!(
         checked,
-        4 * FILES.len() + 2 * 3,
+        4 * (FILES.len() - ALPHA_VARIANTS.len()) + ALPHA_VARIANTS.len() + 2 * 3,
         "image x processor cases checked"
     );
 }
@@ -291,13 +356,13 @@ fn load_dir_reports_every_failure() {
     assert_eq!(failed, ["corrupt.jpg"]);
     let summary = load.summary();
     assert!(
-        summary.contains("10 of 11 files decoded, 1 failed") && summary.contains("corrupt.jpg"),
+        summary.contains("15 of 16 files decoded, 1 failed") && summary.contains("corrupt.jpg"),
         "{summary}"
     );
     match load.into_result() {
         Err(ImageError::Dir {
             failed: 1,
-            total: 11,
+            total: 16,
             first,
             ..
         }) => assert!(first.contains("corrupt.jpg"), "{first}"),
@@ -340,6 +405,9 @@ fn processor_configs_follow_transformers_rules() {
         (bit.kind, bit.size, bit.crop_size),
         (ProcessorKind::Bit, ResizeTo::ShortestEdge(256), (224, 224))
     );
+    // transformers 5.x's PIL backend class names (`...Pil`) name the same processors.
+    let pil = parse(r#"{"image_processor_type": "BitImageProcessorPil"}"#).unwrap();
+    assert_eq!(pil.kind, ProcessorKind::Bit);
     let vit = parse(r#"{"image_processor_type": "ViTImageProcessor", "size": 384}"#).unwrap();
     assert_eq!(
         vit.size,

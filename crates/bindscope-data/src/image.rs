@@ -1,9 +1,11 @@
-//! Image decoding and preprocessing that reproduce the Hugging Face slow image processors
-//! (`use_fast=False`, the PIL-based path the papers used) bit for bit.
+//! Image decoding and preprocessing that reproduce the Hugging Face image processors of
+//! transformers 5.x on their PIL backend (`backend="pil"`, the successor of 4.x's
+//! `use_fast=False` slow processors, the path the papers used) bit for bit.
 //!
 //! # Pipeline
 //! 1. [`decode_file`] turns any readable file into 8-bit RGB ([`RgbImage`], `[H, W, 3]` u8),
-//!    the array `np.array(ImageOps.exif_transpose(Image.open(f)).convert("RGB"))` gives:
+//!    the array transformers 5.x's `convert_to_rgb(ImageOps.exif_transpose(Image.open(f)))`
+//!    gives:
 //!    - JPEG through libjpeg itself: the `mozjpeg` crate, whose decoder is libjpeg-turbo's (the
 //!      library Pillow links), built from C without SIMD (no `nasm` needed) and left at the
 //!      settings Pillow leaves: islow IDCT, fancy upsampling, the colour space libjpeg infers
@@ -21,21 +23,28 @@
 //!      16-bit RGB / RGBA / LA PNGs; for 16-bit grayscale Pillow's `I;16 → RGB` clips every
 //!      value above 255 to white, which is not sane, so there we also take the high byte —
 //!      a documented difference from Pillow).
-//!    - Transparency ([`Alpha`]): by default composited over opaque white with Pillow's
-//!      `Image.alpha_composite` arithmetic. transformers' `convert_to_rgb` instead drops the
-//!      alpha channel (`image.convert("RGB")`, the colour under transparent pixels shows);
-//!      [`Alpha::Ignore`] reproduces that and is what [`DecodeOptions::hf`] selects.
+//!    - Transparency ([`Alpha`]): an image with an alpha band (RGBA, LA, 16-bit ones included)
+//!      or a `tRNS` transparency (palette, grayscale or RGB PNGs; GIF) is composited over
+//!      opaque white with Pillow's `Image.alpha_composite` arithmetic, bit for bit: what
+//!      transformers 5.x's `convert_to_rgb` does, in both its PIL and torchvision backends, and
+//!      what [`DecodeOptions::default`] and [`DecodeOptions::hf`] select. transformers 4.x's
+//!      `convert_to_rgb` instead dropped the alpha channel (`image.convert("RGB")`: the colour
+//!      stored under transparent pixels shows); [`Alpha::Ignore`] reproduces that and
+//!      [`DecodeOptions::hf_v4`] selects it. For a processor without `do_convert_rgb`
+//!      (`ViTImageProcessor`) transformers raises on a non-RGB image; bindscope converts it
+//!      the same way.
 //!    - EXIF orientation (all 8 values, from JPEG APP1, PNG `eXIf`, TIFF or WebP) is applied
 //!      as `ImageOps.exif_transpose` does. The HF processors do **not** apply it (a portrait
 //!      phone photo reaches the model on its side); researchers expect it applied, so it is on
-//!      by default in both [`DecodeOptions::default`] and [`DecodeOptions::hf`], and the
-//!      references are `exif_transpose` + processor. Pillow's fallback to an XMP
-//!      `tiff:Orientation` when EXIF has none is not reproduced.
+//!      by default in [`DecodeOptions::default`], [`DecodeOptions::hf`] and
+//!      [`DecodeOptions::hf_v4`], and the references are `exif_transpose` + processor.
+//!      Pillow's fallback to an XMP `tiff:Orientation` when EXIF has none is not reproduced.
 //!    - ICC profiles are ignored, as in Pillow's `open` / `convert` and the HF processors.
 //! 2. [`ImageProcessor::from_file`] reads `preprocessor_config.json` (CLIP, SigLIP, Bit/DINOv2,
 //!    ViT classes) and [`ImageProcessor::preprocess_batch`] / [`ImageProcessor::pixel_values`]
 //!    resize with Pillow's exact integer resampler ([`resize`]), center-crop, rescale and
-//!    normalize into `pixel_values: [N, 3, H, W]` f32.
+//!    normalize into `pixel_values: [N, 3, H, W]` f32, as the PIL backend does (see
+//!    [`ImageProcessor`] for how far transformers' default torchvision backend is from it).
 //!
 //! Errors name the file and what was wrong ([`ImageError`]); [`load_dir`] decodes every file
 //! of a directory and reports each failure.
@@ -95,27 +104,33 @@ impl RgbImage {
     }
 }
 
-/// What to do with an alpha channel (RGBA, LA, palette or grayscale with `tRNS`).
+/// What to do with an alpha channel (RGBA, LA, palette, grayscale or RGB with `tRNS`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Alpha {
     /// Drop it, keeping the stored colour of transparent pixels: Pillow's `convert("RGB")`,
-    /// which transformers' `convert_to_rgb` calls.
+    /// which transformers 4.x's `convert_to_rgb` called ([`DecodeOptions::hf_v4`]).
     Ignore,
     /// Composite over an opaque background colour with Pillow's `Image.alpha_composite`
-    /// arithmetic (default: white, `[255, 255, 255]`).
+    /// arithmetic. Over white (`[255, 255, 255]`, [`Alpha::WHITE`], the default) this is
+    /// transformers 5.x's `convert_to_rgb`.
     Composite([u8; 3]),
+}
+
+impl Alpha {
+    /// Composite over opaque white: transformers 5.x's `convert_to_rgb`.
+    pub const WHITE: Alpha = Alpha::Composite([255, 255, 255]);
 }
 
 impl Default for Alpha {
     fn default() -> Self {
-        Alpha::Composite([255, 255, 255])
+        Alpha::WHITE
     }
 }
 
 /// Decoding choices.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DecodeOptions {
-    /// Transparency handling (default: composite on white).
+    /// Transparency handling (default: composite on white, as transformers 5.x).
     pub alpha: Alpha,
     /// Apply the EXIF orientation tag (default: true).
     pub exif_orientation: bool,
@@ -131,9 +146,22 @@ impl Default for DecodeOptions {
 }
 
 impl DecodeOptions {
-    /// What the HF processors see after `ImageOps.exif_transpose`: alpha dropped
-    /// ([`Alpha::Ignore`], as `convert_to_rgb` does), EXIF orientation applied.
+    /// What the HF processors of the current transformers (5.x) see after
+    /// `ImageOps.exif_transpose`: transparency composited over white ([`Alpha::WHITE`], as
+    /// 5.x's `convert_to_rgb` does), EXIF orientation applied. The same as
+    /// [`DecodeOptions::default`].
     pub fn hf() -> Self {
+        Self {
+            alpha: Alpha::WHITE,
+            exif_orientation: true,
+        }
+    }
+
+    /// What the HF processors of transformers 4.x saw after `ImageOps.exif_transpose`: alpha
+    /// dropped ([`Alpha::Ignore`], as 4.x's `convert_to_rgb` did, so the colour stored under
+    /// transparent pixels shows), EXIF orientation applied. Only images with transparency
+    /// decode differently from [`DecodeOptions::hf`].
+    pub fn hf_v4() -> Self {
         Self {
             alpha: Alpha::Ignore,
             exif_orientation: true,

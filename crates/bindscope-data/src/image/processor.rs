@@ -1,6 +1,8 @@
-//! `preprocessor_config.json` → `pixel_values`, as the transformers slow image processors compute
-//! them (`CLIPImageProcessor`, `SiglipImageProcessor`, `BitImageProcessor`, `ViTImageProcessor`,
-//! transformers 4.5x, `use_fast=False`).
+//! `preprocessor_config.json` → `pixel_values`, as the transformers image processors compute
+//! them on their PIL backend (`CLIPImageProcessorPil`, `SiglipImageProcessorPil`,
+//! `BitImageProcessorPil`, `ViTImageProcessorPil` of transformers 5.x, what
+//! `AutoImageProcessor.from_pretrained(dir, backend="pil")` returns; the same numbers as 4.x's
+//! slow processors, `use_fast=False`).
 //!
 //! Per image, in this order, each step only if its flag is set:
 //! 1. resize with Pillow (uint8 in, uint8 out, [`resize`](super::resample::resize)): to
@@ -13,10 +15,28 @@
 //! 4. normalize: `(x - mean) / std` in f32 with mean / std cast to f32.
 //!
 //! The `image_processor_type` field (or the legacy `feature_extractor_type`) picks the class,
-//! whose defaults fill the missing keys. A `...Fast` type is treated as its slow class (this
-//! module reproduces the slow, PIL-based path, which the papers used). Other classes are an
-//! error. `do_convert_rgb` is read but has no effect: [`decode_file`](super::decode_file) always
-//! yields RGB (what `convert_to_rgb` gives, see [`Alpha`](super::Alpha) for transparency).
+//! whose defaults fill the missing keys. A `...Fast` (4.x) or `...Pil` (5.x) type is treated
+//! as its base class. Other classes are an error. `do_convert_rgb` is read but has no effect:
+//! [`decode_file`](super::decode_file) always yields RGB (what 5.x's `convert_to_rgb` gives,
+//! see [`Alpha`](super::Alpha) for transparency).
+//!
+//! # The torchvision backend
+//! When torchvision is installed, transformers 5.x's `AutoImageProcessor.from_pretrained(dir)`
+//! returns the torchvision backend (`CLIPImageProcessor`, `SiglipImageProcessor`,
+//! `BitImageProcessor`, `ViTImageProcessor`: 4.x's "fast" processors) for CLIP, SigLIP,
+//! DINOv2, ViT and ViT-MAE checkpoints; without torchvision it returns the PIL backend. Both
+//! see the same RGB image (the same `convert_to_rgb`, transparency included); they differ in
+//! the resize: torchvision's antialiased uint8 resize (`torchvision.transforms.v2.functional
+//! .resize`, whose kernels depend on the CPU's instruction set and on the device) rounds
+//! differently from Pillow's. Measured with transformers 5.24.0 / torchvision 0.29.2 on CPU at
+//! the real checkpoints' settings (224 px, bicubic or bilinear, smooth noisy test images of
+//! 80×100 to 1024×768): resized pixels differ by at most 1 uint8 level on 0.1–2.5 % of the
+//! values, and by up to 4 levels on about 24 % of them where a resize to a fixed
+//! `{height, width}` changes the aspect ratio (500×300 → 224×224, SigLIP, ViT-MAE bicubic); in
+//! `pixel_values` at most 0.07. bindscope reproduces the PIL backend, which is deterministic
+//! across machines; pass `backend="pil"` to transformers to compare bit for bit.
+//! The torchvision backend also pads a crop larger than the image with the extra row at the
+//! bottom (`(h - H) // 2` on top) where the PIL backend puts it on top.
 
 use super::resample::{Filter, resize};
 use super::{ImageError, RgbImage};
@@ -47,7 +67,10 @@ impl ProcessorKind {
     /// # Errors
     /// [`ImageError::Config`] for a class this module does not reproduce.
     pub fn from_type_name(name: &str) -> Result<Self, ImageError> {
-        let base = name.strip_suffix("Fast").unwrap_or(name);
+        let base = name
+            .strip_suffix("Fast")
+            .or_else(|| name.strip_suffix("Pil"))
+            .unwrap_or(name);
         Ok(match base {
             "CLIPImageProcessor" | "CLIPFeatureExtractor" => Self::Clip,
             "SiglipImageProcessor" => Self::Siglip,
@@ -195,7 +218,8 @@ impl ImageProcessor {
             do_normalize: true,
             image_mean: f32x3(mean),
             image_std: f32x3(std),
-            do_convert_rgb: matches!(kind, ProcessorKind::Clip | ProcessorKind::Bit),
+            // transformers 5.x class defaults: True except ViT (None).
+            do_convert_rgb: kind != ProcessorKind::Vit,
         }
     }
 
