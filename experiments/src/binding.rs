@@ -25,13 +25,17 @@ pub struct ModelSource {
     )]
     pub model: Option<String>,
     /// Probe a randomly initialised encoder instead: `vit-b16` (ViT-B/16 at 224 with pooler) or
-    /// a config.json path with model_type vit or dinov2. Materialised once under
-    /// runs/random-init/.
+    /// a config.json path with model_type vit or dinov2. Materialised once (about 85 MB for
+    /// vit-b16) in --random-init-dir and reused by every later run and study.
     #[arg(long)]
     pub random_init: Option<String>,
     /// Seed of the random initialisation.
     #[arg(long, default_value_t = 0)]
     pub init_seed: u64,
+    /// Where random initialisations are materialised: a cache shared by runs, not placed under
+    /// --out [default: runs/random-init]
+    #[arg(long, env = "BINDSCOPE_RANDOM_INIT_DIR", value_name = "DIR")]
+    pub random_init_dir: Option<PathBuf>,
     #[command(flatten)]
     pub model_opts: ModelOpts,
 }
@@ -50,6 +54,7 @@ impl ModelSource {
         Ok(EncoderConfig {
             source,
             dtype: self.model_opts.dtype,
+            random_init_dir: self.random_init_dir.clone(),
         })
     }
 }
@@ -116,11 +121,13 @@ pub struct ReadoutOpts {
 }
 
 impl ReadoutOpts {
-    /// The readouts named by `--readouts`, with their hyper-parameters.
+    /// The readouts named by `--readouts`, with their hyper-parameters; one named twice
+    /// (`cosine,cosine`, `local-pca,local_pca`) is computed once, and a note says so.
     pub fn readouts(&self) -> Result<Vec<Readout>> {
-        self.readouts
+        let all = self
+            .readouts
             .iter()
-            .map(|r| match r.as_str() {
+            .map(|r| match r.trim() {
                 "cosine" => Ok(Readout::Cosine),
                 "knn" => Ok(Readout::Knn {
                     k: self.knn_k,
@@ -133,7 +140,16 @@ impl ReadoutOpts {
                 }),
                 o => bail!("--readouts: unknown readout '{o}' (cosine, knn, local-pca)"),
             })
-            .collect()
+            .collect::<Result<Vec<_>>>()?;
+        let mut out: Vec<Readout> = Vec::with_capacity(all.len());
+        for r in all {
+            if out.contains(&r) {
+                eprintln!("--readouts: {} is given twice; computed once", r.name());
+            } else {
+                out.push(r);
+            }
+        }
+        Ok(out)
     }
 }
 
@@ -183,8 +199,10 @@ pub fn run_binding_cmd(args: BindingArgs, ctx: &RunContext) -> Result<()> {
         dump_images: args.scenes.dump_images,
     };
     // The sizes are refused before a bad --readouts, as they always were.
-    config.check()?;
+    config.check_sizes()?;
     config.readouts = args.readout.readouts()?;
+    // Every option (readouts included) before any work: `run_binding` checks again.
+    config.check()?;
     let output = args.run_dir.output();
     study::run_binding(&config, &output, ctx)?;
     Ok(())
@@ -198,6 +216,7 @@ pub fn run_samediff_cmd(args: SameDiffArgs, ctx: &RunContext) -> Result<()> {
         seed: args.seed,
         dump_images: args.scenes.dump_images,
     };
+    config.check()?;
     let output = args.run_dir.output();
     study::run_samediff(&config, &output, ctx)?;
     Ok(())

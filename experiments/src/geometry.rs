@@ -13,13 +13,14 @@ use std::path::PathBuf;
 /// Options of the geometric metrics (shared with `probe-all`).
 #[derive(clap::Args, Debug, Clone)]
 pub struct GeometryOpts {
-    /// Images used for the covariance (a seeded subset when the folder has more).
+    /// Images used for the covariance (a seeded subset when the folder has more; at least 3).
     #[arg(long, default_value_t = 1000)]
     pub samples: usize,
-    /// L.Iso anchors (a seeded subset of the samples).
+    /// L.Iso anchors (a seeded subset of the samples; at least 1).
     #[arg(long, default_value_t = 500)]
     pub anchors: usize,
-    /// L.Iso neighbourhood sizes.
+    /// L.Iso neighbourhood sizes (each 2 ≤ k < --samples). The printed effective rank and
+    /// participation ratio of L.Iso are normalised by min(k − 1, D) (at most 1).
     #[arg(long = "k", value_delimiter = ',', default_value = "8,16,32")]
     pub ks: Vec<usize>,
     /// Seed of the sample and anchor selection.

@@ -34,7 +34,8 @@ pub struct JerArgs {
     /// output-sketch (Gᵀ·J, one batched backward) or input-sketch (J·V, the paper's definition).
     #[arg(long, default_value = "output-sketch")]
     estimator: Estimator,
-    /// Copies of the image per backward pass: bounds peak memory.
+    /// Copies of the image per backward pass: bounds peak memory (a probe size and chunk whose
+    /// lower-bound memory estimate exceeds the available memory are refused up front).
     #[arg(long, default_value_t = 8)]
     chunk: usize,
     /// Which embedding: pooled (the model's standard embedding; projected for CLIP), summary
@@ -45,7 +46,8 @@ pub struct JerArgs {
     /// checkpoint's preprocessor_config.json mean/std).
     #[arg(long, value_enum, default_value_t = Normalize::Imagenet)]
     normalize: Normalize,
-    /// Also compute JER at the output of every block (pooled like the final output).
+    /// Also compute JER at the output of every block (pooled like the final output). Every
+    /// output draws its own directions: the final-layer JER is the same with and without it.
     #[arg(long)]
     depth: bool,
     /// Probe image size HxW; the paper uses 224×224 for every model (DINOv2's position

@@ -103,8 +103,10 @@ pub fn run(args: ProbeAllArgs, ctx: &RunContext) -> Result<()> {
         dump_images: args.scenes.dump_images,
     };
     // The sizes, pairs and trials are refused before a bad --readouts, as they always were.
-    config.check()?;
+    config.check_sizes()?;
     config.readouts = args.readout.readouts()?;
+    // Every option (readouts, geometry, JER) before any work: `probe_all::run` checks again.
+    config.check()?;
     let output = args.run_dir.output();
     probe_all::run(&config, &output, ctx)?;
     Ok(())

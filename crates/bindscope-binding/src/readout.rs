@@ -210,6 +210,42 @@ impl Readout {
         ]
     }
 
+    /// Checks the hyper-parameters against a bank of `bank` images, naming the command-line
+    /// flags (`--knn-k`, `--pca-neighbours`, `--pca-components`): neighbourhoods exclude the
+    /// image itself, so at most `bank − 1` neighbours exist.
+    ///
+    /// # Errors
+    /// A `k` or `components` of 0, fewer than 2 local-PCA neighbours, or a neighbourhood larger
+    /// than the bank minus one.
+    pub fn check(&self, bank: usize) -> Result<(), String> {
+        let avail = bank.saturating_sub(1);
+        match *self {
+            Readout::Cosine => {}
+            Readout::Knn { k, .. } => {
+                if k == 0 || k > avail {
+                    return Err(format!(
+                        "--knn-k {k}: kNN needs 1 ≤ k ≤ {avail} (a bank of {bank} images, the query excluded)"
+                    ));
+                }
+            }
+            Readout::LocalPca {
+                components,
+                neighbours,
+                ..
+            } => {
+                if neighbours < 2 || neighbours > avail {
+                    return Err(format!(
+                        "--pca-neighbours {neighbours}: local PCA needs 2 ≤ n ≤ {avail} (a bank of {bank} images, the query excluded)"
+                    ));
+                }
+                if components == 0 {
+                    return Err("--pca-components 0: local PCA needs at least 1 component".into());
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Short name: `cosine`, `knn`, `local_pca`.
     pub fn name(&self) -> &'static str {
         match self {
@@ -297,35 +333,9 @@ impl<'a> Scorer<'a> {
     /// A scorer. Fails when a neighbourhood size does not fit the bank.
     ///
     /// # Errors
-    /// `k`, `neighbours` or `components` of 0, or a neighbourhood larger than the bank minus one.
+    /// As [`Readout::check`] for this bank.
     pub fn new(bank: &'a Bank, readout: Readout) -> Result<Self, String> {
-        let avail = bank.len().saturating_sub(1);
-        match readout {
-            Readout::Cosine => {}
-            Readout::Knn { k, .. } => {
-                if k == 0 || k > avail {
-                    return Err(format!(
-                        "kNN: k = {k} needs 1 ≤ k ≤ {avail} (bank of {} images)",
-                        bank.len()
-                    ));
-                }
-            }
-            Readout::LocalPca {
-                components,
-                neighbours,
-                ..
-            } => {
-                if neighbours < 2 || neighbours > avail {
-                    return Err(format!(
-                        "local PCA: {neighbours} neighbours needs 2 ≤ n ≤ {avail} (bank of {} images)",
-                        bank.len()
-                    ));
-                }
-                if components == 0 {
-                    return Err("local PCA: components must be at least 1".into());
-                }
-            }
-        }
+        readout.check(bank.len())?;
         Ok(Self {
             bank,
             readout,

@@ -30,9 +30,23 @@
 //! [`Encoder::RandomInit`] (`--random-init vit-b16`, or a `config.json` with `model_type` `vit`
 //! or `dinov2`) builds the architecture with transformers-style random weights (normal, std
 //! 0.02; burn's RNG seeded with the seed), saves it once as a Hugging Face checkpoint directory
-//! `runs/random-init/<name>-seed<N>/` (`config.json` + `model.safetensors`, Hub key names:
+//! `<random-init dir>/<name>-seed<N>/` (`config.json` + `model.safetensors`, Hub key names:
 //! [`bindscope_models::vit::save_hf`]) and then uses that directory like any checkpoint, so
 //! every study (JER included) sees the same weights and the run config records their sha256.
+//! The random-init directory is a cache the user chooses ([`EncoderConfig::random_init_dir`]:
+//! `--random-init-dir`, or the `BINDSCOPE_RANDOM_INIT_DIR` variable); by default
+//! `runs/random-init/` in the current directory. It is not placed under `--out`: one
+//! materialisation (about 85 MB for ViT-B/16) serves every run and study of that config and
+//! seed.
+//!
+//! ## Checks before any work
+//! Every option is checked before an encoder is embedded and before a run directory exists:
+//! the sizes and readouts need no model ([`BindingConfig::check`], [`SceneConfig::check`],
+//! [`Readout::check`] against the 324-scene bank), the canvas against the encoder's patch
+//! size and a memory lower bound ([`SceneConfig::check_fits`],
+//! [`SceneConfig::check_memory`]). Run identities record a local checkpoint or config path
+//! as its canonical absolute path ([`bindscope_jer::study::canonical_spec`]), so the same
+//! directory given relative and absolute is one configuration.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -45,6 +59,7 @@ use bindscope_core::run::{
 };
 use bindscope_data::image::{ImageProcessor, ProcessorKind, RgbImage};
 use bindscope_jer::probe::{IMAGENET_MEAN, IMAGENET_STD};
+use bindscope_jer::study::{canonical_spec, on_host};
 use bindscope_models::registry::{Opened, open_vision};
 use bindscope_models::{ModelInfo, VisionEncoder, VisionReadout};
 use burn::prelude::*;
@@ -89,6 +104,10 @@ pub struct EncoderConfig {
     pub source: Encoder,
     /// The float type of the weights (`--dtype`).
     pub dtype: Dtype,
+    /// Where random initialisations are materialised (`--random-init-dir`; `None`:
+    /// `runs/random-init`). Changes no number.
+    #[serde(default)]
+    pub random_init_dir: Option<PathBuf>,
 }
 
 impl EncoderConfig {
@@ -101,11 +120,13 @@ impl EncoderConfig {
         match &self.source {
             Encoder::Checkpoint(m) => Ok(m.clone()),
             Encoder::RandomInit { init, seed } => {
-                Ok(
-                    materialize_random(&runs_root("random-init"), init, *seed, device)?
-                        .display()
-                        .to_string(),
-                )
+                let root = self
+                    .random_init_dir
+                    .clone()
+                    .unwrap_or_else(|| runs_root("random-init"));
+                Ok(materialize_random(&root, init, *seed, device)?
+                    .display()
+                    .to_string())
             }
         }
     }
@@ -137,6 +158,17 @@ impl EncoderConfig {
             .with_context(|| format!("loading vision encoder of '{spec}'"))?;
         Ok((spec, opened))
     }
+}
+
+/// `--random-init` as a run identity records it: the preset as given, a `config.json` path
+/// canonical (the same file given relative and absolute is one configuration).
+pub fn canonical_init(init: &str) -> String {
+    if init != RANDOM_INIT_PRESET
+        && let Ok(c) = Path::new(init).canonicalize()
+    {
+        return c.display().to_string();
+    }
+    init.to_string()
 }
 
 /// The preset of [`Encoder::RandomInit`]: ViT-B/16 at 224 with a pooler
@@ -321,13 +353,48 @@ impl SceneConfig {
         Ok(())
     }
 
+    /// Refuses a canvas and batch whose rendering and forward pass cannot fit in memory (lower
+    /// bounds, [`bindscope_jer::memory`]): the rendered batch always, the forward pass at the
+    /// canvas size under [`Normalize::Imagenet`] when the device computes in host memory
+    /// (`on_host`).
+    ///
+    /// # Errors
+    /// The lower bound exceeds the available memory (naming `--image-size`, `--batch-size`).
+    pub fn check_memory(&self, model: &dyn VisionEncoder, spec: &str, on_host: bool) -> Result<()> {
+        use bindscope_jer::memory;
+        let s = self.image_size;
+        let mut needed = memory::render_bytes(s, self.batch_size);
+        if on_host && self.normalize == Normalize::Imagenet {
+            needed +=
+                memory::forward_bytes(&memory::EncoderShape::of(model), [s, s], self.batch_size);
+        }
+        memory::ensure_fits(
+            needed,
+            memory::available_bytes(),
+            &format!(
+                "--image-size {s} with --batch-size {} on '{spec}'",
+                self.batch_size
+            ),
+            "reduce --image-size or --batch-size",
+        )
+    }
+
     /// Checks the sizes.
     ///
     /// # Errors
     /// An image size below 6 pixels, or antialias or batch size 0 (named by their flags).
     pub fn check(&self) -> Result<()> {
-        if self.image_size < 6 || self.antialias == 0 || self.batch_size == 0 {
-            bail!("--image-size must be ≥ 6, --antialias and --batch-size ≥ 1");
+        if self.image_size < 6 {
+            bail!(
+                "--image-size {}: scenes need at least 6 pixels a side",
+                self.image_size
+            );
+        }
+        if self.antialias == 0 {
+            bail!("--antialias must be at least 1 (1 = no anti-aliasing)");
+        }
+        if self.batch_size == 0 {
+            bail!("--batch-size must be at least 1");
         }
         Ok(())
     }
@@ -514,12 +581,13 @@ pub struct BankIdentity {
 }
 
 impl BankIdentity {
-    /// The bank of `encoder` (opened as `spec`, weights `sha`) on `scenes`.
+    /// The bank of `encoder` (opened as `spec`, weights `sha`) on `scenes`. Local paths (the
+    /// checkpoint directory, a `--random-init` config) are recorded canonical.
     pub fn new(spec: &str, sha: &str, encoder: &EncoderConfig, scenes: &SceneConfig) -> Self {
         Self {
-            model: spec.to_string(),
+            model: canonical_spec(spec),
             weights_sha256: sha.to_string(),
-            random_init: encoder.random_init().map(str::to_string),
+            random_init: encoder.random_init().map(canonical_init),
             init_seed: encoder.init_seed(),
             dtype: encoder.dtype,
             image_size: scenes.image_size,
@@ -782,17 +850,44 @@ pub struct BindingConfig {
 }
 
 impl BindingConfig {
-    /// Checks the sizes.
+    /// Checks the sizes (the scenes, the trials), naming the flags.
     ///
     /// # Errors
     /// As [`SceneConfig::check`]; no trial.
-    pub fn check(&self) -> Result<()> {
+    pub fn check_sizes(&self) -> Result<()> {
         self.scenes.check()?;
         if self.trials == 0 {
             bail!("--trials must be at least 1");
         }
         Ok(())
     }
+
+    /// Checks every option that needs no model, naming the flags.
+    ///
+    /// # Errors
+    /// As [`BindingConfig::check_sizes`] and [`check_readouts`].
+    pub fn check(&self) -> Result<()> {
+        self.check_sizes()?;
+        check_readouts(&self.readouts)
+    }
+}
+
+/// Checks readouts against the 324-scene bank ([`Readout::check`]) and refuses one given
+/// twice (it would be computed twice and reported as two rows).
+///
+/// # Errors
+/// No readout, a repeated readout, or a hyper-parameter that does not fit the bank.
+pub fn check_readouts(readouts: &[Readout]) -> Result<()> {
+    if readouts.is_empty() {
+        bail!("--readouts: no readout given (cosine, knn, local-pca)");
+    }
+    for (i, r) in readouts.iter().enumerate() {
+        if readouts[..i].iter().any(|q| q.name() == r.name()) {
+            bail!("--readouts: {} is given twice", r.name());
+        }
+        r.check(NUM_SCENES).map_err(|e| anyhow!(e))?;
+    }
+    Ok(())
 }
 
 /// The identity of a binding run: what its numbers depend on.
@@ -834,10 +929,11 @@ impl BankRun {
         encoder: &EncoderConfig,
         scenes: &SceneConfig,
         dump_images: Option<&Path>,
-        device: &Device,
+        ctx: &RunContext,
     ) -> Result<Self> {
-        let (spec, opened) = encoder.open(device)?;
+        let (spec, opened) = encoder.open(&ctx.device)?;
         scenes.check_fits(&opened.model.info(), &spec)?;
+        scenes.check_memory(opened.model.as_ref(), &spec, on_host(ctx))?;
         let proc = scene_processor(&opened.checkpoint, scenes.normalize)?;
         if let Some(d) = dump_images {
             dump_scenes(d, &scenes.render_spec())?;
@@ -879,7 +975,7 @@ pub fn run_binding(
         &config.encoder,
         &config.scenes,
         config.dump_images.as_deref(),
-        device,
+        ctx,
     )?;
     let spec = &run.spec;
     let identity = BindingIdentity {
@@ -995,7 +1091,7 @@ pub fn run_samediff(
         &config.encoder,
         &config.scenes,
         config.dump_images.as_deref(),
-        device,
+        ctx,
     )?;
     let spec = &run.spec;
     let identity = SameDiffIdentity {
@@ -1091,6 +1187,7 @@ mod tests {
                 seed: 3,
             },
             dtype: Dtype::F32,
+            random_init_dir: None,
         };
         let id = BindingIdentity {
             bank: BankIdentity::new("m", "abc", &random, &scenes()),
@@ -1107,6 +1204,7 @@ mod tests {
         let checkpoint = EncoderConfig {
             source: Encoder::Checkpoint("m".into()),
             dtype: Dtype::Keep,
+            random_init_dir: None,
         };
         let id = SameDiffIdentity {
             bank: BankIdentity::new("m", "abc", &checkpoint, &scenes()),

@@ -43,6 +43,7 @@
 //! model's [`study::Identity`], the resume log, the reports and plots ([`plot`]), and the
 //! comparison table of several models.
 
+pub mod memory;
 pub mod plot;
 pub mod probe;
 pub mod sketch;

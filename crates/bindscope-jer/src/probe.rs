@@ -1,7 +1,10 @@
 //! Probe inputs and random directions, all derived from one explicit seed.
 //!
 //! Every random draw is a ChaCha8 stream keyed by `(seed, image index, purpose)`, so image `i`
-//! is the same whether it is computed first, last, or after a resume, on every platform.
+//! is the same whether it is computed first, last, or after a resume, on every platform, and
+//! however many images, seeds or outputs a run has: each output's directions have their own
+//! purpose ([`directions_stream`]), fixed by what the output is (the final embedding, block
+//! `b`), never by where it sits in a run's list of outputs.
 
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
@@ -54,8 +57,36 @@ impl ProbeSpec {
 pub enum Stream {
     /// The probe image's pixels.
     Pixels = 0,
-    /// The sketch directions (G or V) of output `o` use stream `Directions + o`.
+    /// The sketch directions (G or V) of the final output; block `b`'s (1-based) use
+    /// `Directions + b` ([`directions_stream`]).
     Directions = 1,
+}
+
+/// The stream purpose of the sketch directions of output `output` of a map with `outputs`
+/// outputs, the last of which is the encoder's final output (a depth profile lists block 1,
+/// …, block L − 1, then the final output, which is block L read out):
+///
+/// - the final output: [`Stream::Directions`], the purpose it has always had, so the headline
+///   JER of a run with `--depth` equals, to the bit, that of the same run without it;
+/// - block `b = output + 1 < L`: `Directions + b`.
+///
+/// # Panics
+/// If `output ≥ outputs`, or `outputs` reaches the 2²⁰ purposes of an image
+/// ([`bindscope_core::rng::legacy::jer`]).
+pub fn directions_stream(output: usize, outputs: usize) -> u64 {
+    assert!(
+        output < outputs,
+        "directions_stream: output {output} of {outputs}"
+    );
+    assert!(
+        outputs < 1 << 20,
+        "directions_stream: {outputs} outputs exceed the 2^20 purposes of an image"
+    );
+    if output + 1 == outputs {
+        Stream::Directions as u64
+    } else {
+        Stream::Directions as u64 + 1 + output as u64
+    }
 }
 
 /// The RNG for `(seed, image, purpose)`: [`bindscope_core::rng::legacy::jer`] (ChaCha8,
@@ -121,6 +152,31 @@ mod tests {
                     "pixel {p} outside [0, 1]"
                 );
             }
+        }
+    }
+
+    /// The final output keeps its purpose however many block outputs precede it; every output
+    /// of a depth profile has its own, distinct from the pixels'.
+    #[test]
+    fn direction_streams_depend_on_the_output_not_its_position() {
+        assert_eq!(directions_stream(0, 1), Stream::Directions as u64);
+        for layers in [2, 12, 40] {
+            assert_eq!(
+                directions_stream(layers - 1, layers),
+                directions_stream(0, 1),
+                "{layers} layers"
+            );
+            let mut all: Vec<u64> = (0..layers).map(|o| directions_stream(o, layers)).collect();
+            // Block b has the same stream in a 12- and a 40-layer profile.
+            assert_eq!(all[0], Stream::Directions as u64 + 1);
+            all.push(Stream::Pixels as u64);
+            all.sort_unstable();
+            all.dedup();
+            assert_eq!(
+                all.len(),
+                layers + 1,
+                "distinct purposes for {layers} layers"
+            );
         }
     }
 

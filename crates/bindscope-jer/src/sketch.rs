@@ -231,9 +231,13 @@ impl OutputSpectrum {
 
 /// Computes the sketch spectra of every output of `f` at probe image `image`.
 ///
-/// `dims[o]` is output `o`'s dimension (e.g. `[D]`, or one per block for a depth profile).
-/// Directions for output `o` come from the seeded stream `(seed, image, 1 + o)`: `G_o` (D_o × k,
-/// Gaussian) for the output sketch, `V_o` (M × k, orthonormal) for the input sketch.
+/// `dims[o]` is output `o`'s dimension: `[D]` for the final output alone, or one per block for a
+/// depth profile (block 1, …, block L, the last being the final output). Directions for output
+/// `o` come from the seeded stream `(seed, image, purpose)` with the purpose of
+/// [`probe::directions_stream`]: `G_o` (D_o × k, Gaussian) for the output sketch, `V_o` (M × k,
+/// orthonormal) for the input sketch. The purpose names the output (final, block `b`), so the
+/// final output's spectrum is the same, to the bit, whether block outputs are computed beside
+/// it or not, and image `i`'s does not depend on how many images a run has.
 ///
 /// # Errors
 /// [`JerError::Directions`] for k outside `2..=D_o`; [`JerError::NonFinite`] when the sketch
@@ -267,7 +271,7 @@ pub fn jer_at(
     let inner = device.clone().without_autodiff();
     let mut out = Vec::with_capacity(dims.len());
     for (o, &d) in dims.iter().enumerate() {
-        let mut r = probe::rng(seed, image, probe::Stream::Directions as u64 + o as u64);
+        let mut r = probe::rng(seed, image, probe::directions_stream(o, dims.len()));
         let (sketch, rows, cols) = match estimator {
             Estimator::OutputSketch => {
                 let g = Tensor::<1>::from_floats(probe::gaussian(d, k, &mut r).as_slice(), &inner)

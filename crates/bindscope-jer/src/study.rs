@@ -15,7 +15,9 @@
 //! `runs/jer/compare-<timestamp>`).
 
 use crate::probe::{IMAGENET_MEAN, IMAGENET_STD, ProbeSpec};
-use crate::{Estimator, OutputSpectrum, Summary, jer_at, normalized_spectrum, plot, summarize};
+use crate::{
+    Estimator, OutputSpectrum, Summary, jer_at, memory, normalized_spectrum, plot, summarize,
+};
 use anyhow::{Context, Result, bail};
 use bindscope_core::CheckpointError;
 use bindscope_core::options::{Dtype, Normalize};
@@ -53,7 +55,9 @@ pub struct Config {
     pub output: VisionReadout,
     /// The mean / std the probe is normalized with.
     pub normalize: Normalize,
-    /// Also compute JER at the output of every block (read out like the final output).
+    /// Also compute JER at the output of every block (read out like the final output). Each
+    /// output has its own direction stream ([`crate::probe::directions_stream`]), so the final
+    /// output's numbers do not change with it.
     pub depth: bool,
     /// Probe image size `[height, width]` in pixels.
     pub image_size: [usize; 2],
@@ -190,7 +194,8 @@ pub struct Report {
 struct ImageRecord {
     seed: u64,
     image: u64,
-    /// Final output (index 0) or, with depth, one entry per block then the final output.
+    /// The final output alone or, with depth, one entry per block (block 1 … L; block L, the
+    /// last, is the final output).
     outputs: Vec<OutputSpectrum>,
 }
 
@@ -198,13 +203,22 @@ struct ImageRecord {
 /// identity finished) and, with several models, writes the comparison table. Prints each
 /// model's summary (and the table) on stdout, progress on stderr.
 ///
+/// Every option is checked before any work: with several models each one is opened and
+/// checked ([`check_model`]: patch size, memory, `--directions`, `--normalize model`) before the
+/// first one runs, so a bad option for the last model does not surface after hours of the
+/// first; no run directory is created before its model passed.
+///
 /// # Errors
-/// [`Config::check`]; a model that does not resolve or load; `--directions` outside
-/// `2..=D`; `--normalize model` without a `preprocessor_config.json`; an `output.dir` holding
-/// another run; a failed computation or write.
+/// [`Config::check`]; a model that does not resolve or load; [`check_model`]; an
+/// `output.dir` holding another run; a failed computation or write.
 pub fn run(config: &Config, output: &Output, ctx: &RunContext) -> Result<Report> {
     config.check()?;
     let several = config.models.len() > 1;
+    if several {
+        for spec in &config.models {
+            prepare(config, spec, ctx)?;
+        }
+    }
     let stamp = timestamp();
     let mut models = Vec::new();
     for spec in &config.models {
@@ -279,16 +293,127 @@ fn open(spec: &str, device: &Device, dtype: Dtype) -> Result<Opened<Box<dyn Visi
     })
 }
 
-fn run_model(
+/// The spec a run identity records: a local directory as its canonical absolute path (the
+/// same checkpoint given as `m`, `./m` or `/abs/m` is one configuration), a Hub id as given.
+pub fn canonical_spec(spec: &str) -> String {
+    let p = Path::new(spec);
+    if p.is_dir()
+        && let Ok(c) = p.canonicalize()
+    {
+        return c.display().to_string();
+    }
+    spec.to_string()
+}
+
+/// Whether `ctx`'s device computes in host memory (the CPU), so that the device part of a
+/// memory estimate is checked against the host's memory too ([`crate::memory`]).
+pub fn on_host(ctx: &RunContext) -> bool {
+    matches!(
+        ctx.device_spec.parse::<bindscope_core::DeviceSpec>(),
+        Ok(bindscope_core::DeviceSpec::Cpu)
+    )
+}
+
+/// The outputs the JER of `config` differentiates, for a batch `x`: the final output, or with
+/// `depth` every block's output read out like the final one (block L is the final output).
+fn outputs(
+    m: &dyn VisionEncoder,
+    x: Tensor<4>,
+    readout: VisionReadout,
+    depth: bool,
+) -> Vec<Tensor<2>> {
+    if depth {
+        let out = m.forward_vision(
+            x,
+            ForwardOptions {
+                output_hidden_states: true,
+                output_attentions: false,
+            },
+        );
+        let hs = out.hidden_states.expect("hidden states requested");
+        hs.into_iter()
+            .skip(1)
+            .map(|h| m.readout(h, readout))
+            .collect()
+    } else {
+        vec![m.embed(x, readout)]
+    }
+}
+
+/// Checks `config` against the model `spec` (loaded as `model` on `device`) before any work,
+/// naming the flags: the probe holds a patch, a backward chunk and the host's share fit in
+/// memory (lower bounds, [`crate::memory`]; the device part only when `on_host`), and
+/// `--directions` fits every output. Returns the output dimensions (one forward pass of a
+/// zero probe, batch 1).
+///
+/// # Errors
+/// An `--image-size` smaller than a patch or too large for the memory, or `--directions`
+/// outside `2..=D`.
+pub fn check_model(
     config: &Config,
     spec: &str,
-    output: &Output,
-    ctx: &RunContext,
-) -> Result<ModelReport> {
-    let device = &ctx.device;
-    let ad = device.clone().autodiff();
+    model: &dyn VisionEncoder,
+    device: &Device,
+    on_host: bool,
+) -> Result<Vec<usize>> {
+    let info = model.info();
+    let [h, w] = config.image_size;
+    if !info.holds_a_patch(config.image_size) {
+        bail!(
+            "--image-size {h}x{w} is smaller than one {p}×{p} patch of '{spec}'",
+            p = info.patch_size
+        );
+    }
+    let shape = memory::EncoderShape::of(model);
+    let input = config.estimator == Estimator::InputSketch;
+    let mut needed = memory::jer_host_bytes(config.image_size, config.directions, input);
+    if on_host {
+        needed += memory::jer_device_bytes(&shape, config.image_size, config.chunk);
+    }
+    memory::ensure_fits(
+        needed,
+        memory::available_bytes(),
+        &format!(
+            "--image-size {h}x{w} with --chunk {} on '{spec}' ({} tokens per copy)",
+            config.chunk,
+            shape.tokens(config.image_size)
+        ),
+        "reduce --image-size or --chunk",
+    )?;
+    let dims: Vec<usize> = {
+        let x = Tensor::<4>::zeros([1, 3, h, w], device);
+        outputs(model, x, config.output, config.depth)
+            .iter()
+            .map(|y| y.dims()[1])
+            .collect()
+    };
+    if dims.is_empty() {
+        bail!("'{spec}': the encoder produced no output to differentiate");
+    }
+    let k = config.directions;
+    for &d in &dims {
+        if k < 2 || k > d {
+            bail!(
+                "--directions {k} is invalid for '{spec}': the {} output has dimension {d}; need 2 ≤ k ≤ {d}",
+                serde_json::to_string(&config.output)?
+            );
+        }
+    }
+    Ok(dims)
+}
+
+/// A model opened for its run and checked ([`check_model`]), with its identity.
+struct Prepared {
+    opened: Opened<Box<dyn VisionEncoder>>,
+    identity: Identity,
+    dims: Vec<usize>,
+}
+
+/// Opens `spec` on the autodiff device, resolves the normalization and checks the options
+/// against it: everything before the run directory.
+fn prepare(config: &Config, spec: &str, ctx: &RunContext) -> Result<Prepared> {
+    let ad = ctx.device.clone().autodiff();
     let opened = open(spec, &ad, config.dtype)?;
-    let info = opened.model.info();
     let (mean, std) = match config.normalize {
         Normalize::Model => {
             let p =
@@ -297,16 +422,11 @@ fn run_model(
         }
         Normalize::Imagenet => (IMAGENET_MEAN, IMAGENET_STD),
     };
+    let dims = check_model(config, spec, opened.model.as_ref(), &ad, on_host(ctx))?;
     let [h, w] = config.image_size;
-    if !info.holds_a_patch(config.image_size) {
-        bail!(
-            "--image-size {h}x{w} is smaller than one {p}×{p} patch of '{spec}'",
-            p = info.patch_size
-        );
-    }
     let paper = ProbeSpec::paper(h, w);
     let identity = Identity {
-        model: spec.to_string(),
+        model: canonical_spec(spec),
         weights_sha256: opened.weights_sha256.clone(),
         images: config.images,
         seeds: config.seeds.clone(),
@@ -327,47 +447,35 @@ fn run_model(
         size: config.image_size,
         dtype: config.dtype,
     };
+    Ok(Prepared {
+        opened,
+        identity,
+        dims,
+    })
+}
+
+fn run_model(
+    config: &Config,
+    spec: &str,
+    output: &Output,
+    ctx: &RunContext,
+) -> Result<ModelReport> {
+    let device = &ctx.device;
+    let Prepared {
+        opened,
+        identity,
+        dims,
+    } = prepare(config, spec, ctx)?;
+    let info = opened.model.info();
+    let [h, w] = identity.size;
     let probe = identity.probe_spec();
 
-    // The differentiable map: final output, or every block's output then the final one.
+    // The differentiable map: final output, or every block's output (block L is the final one).
     let readout = identity.output;
     let depth = identity.depth;
     let m: &dyn VisionEncoder = opened.model.as_ref();
-    let f = move |x: Tensor<4>| -> Vec<Tensor<2>> {
-        if depth {
-            let out = m.forward_vision(
-                x,
-                ForwardOptions {
-                    output_hidden_states: true,
-                    output_attentions: false,
-                },
-            );
-            let hs = out.hidden_states.expect("hidden states requested");
-            hs.into_iter()
-                .skip(1)
-                .map(|h| m.readout(h, readout))
-                .collect()
-        } else {
-            vec![m.embed(x, readout)]
-        }
-    };
-    // Output dimensions from one forward pass without gradients.
-    let dims: Vec<usize> = {
-        let x = Tensor::<4>::zeros([1, 3, h, w], &ad);
-        f(x).iter().map(|y| y.dims()[1]).collect()
-    };
-    if dims.is_empty() {
-        bail!("'{spec}': the encoder produced no output to differentiate");
-    }
+    let f = move |x: Tensor<4>| -> Vec<Tensor<2>> { outputs(m, x, readout, depth) };
     let k = identity.directions;
-    for &d in &dims {
-        if k < 2 || k > d {
-            bail!(
-                "--directions {k} is invalid for '{spec}': the {} output has dimension {d}; need 2 ≤ k ≤ {d}",
-                serde_json::to_string(&readout)?
-            );
-        }
-    }
 
     let identity_json = serde_json::to_value(&identity)?;
     let dir = output.run_dir("jer", &slug(spec), &identity_json)?;
@@ -438,11 +546,17 @@ fn run_model(
     let records: Vec<ImageRecord> = done.into_values().collect();
     let report = write_reports(&dir, spec, &records, seeds, depth)?;
     println!(
-        "{spec}: JER = {:.3} ± {:.3} (95% CI {:.3}–{:.3}, CV {:.4}), entropy rank = {:.3} ± {:.3}, n = {}  [{}]",
+        "{spec}: JER = {:.3} ± {:.3}, {}, CV {:.4}, entropy rank = {:.3} ± {:.3}, n = {}  [{}]",
         report.jer.mean,
         report.jer.std,
-        report.jer.ci95_low,
-        report.jer.ci95_high,
+        // A JER is at least 1 (one direction): a t-interval reaching below is shown clipped.
+        bindscope_core::plot::interval(
+            report.jer.ci95_low,
+            report.jer.ci95_high,
+            report.jer.n,
+            Some(1.0),
+            3
+        ),
         report.jer.cv,
         report.entropy_rank.mean,
         report.entropy_rank.std,

@@ -28,11 +28,16 @@ use burn::prelude::*;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::{EncoderConfig, embed_images, open_run_dir};
+use super::{EncoderConfig, canonical_init, embed_images, open_run_dir};
 use crate::geometry::{
     ANCHOR_STREAM, Cloud, GlobalGeometry, LocalIsotropy, SAMPLE_STREAM, choose_indices,
     covariance_eigenvalues, global_geometry, local_isotropy,
 };
+use bindscope_jer::study::canonical_spec;
+
+/// The fewest images the metrics are defined on (a covariance, and an L.Iso neighbourhood of
+/// two beside its anchor).
+pub const MIN_SAMPLES: usize = 3;
 
 /// Options of the geometric metrics.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -50,10 +55,50 @@ pub struct GeometryOptions {
     pub preprocess: Normalize,
 }
 
+impl GeometryOptions {
+    /// Refuses options no folder can use, naming the flags.
+    ///
+    /// # Errors
+    /// `--samples` below [`MIN_SAMPLES`], `--anchors 0` (L.Iso would be a mean over no anchor:
+    /// NaN), no `--k`, a `k` below 2, a `k` given twice, or a `k` not below `--samples` (an
+    /// anchor has only `samples − 1` neighbours).
+    pub fn check(&self) -> Result<()> {
+        if self.samples < MIN_SAMPLES {
+            bail!(
+                "--samples {}: the geometric metrics need at least {MIN_SAMPLES} images",
+                self.samples
+            );
+        }
+        if self.anchors == 0 {
+            bail!("--anchors 0: L.Iso is a mean over anchors and needs at least 1");
+        }
+        if self.ks.is_empty() {
+            bail!("--k: no neighbourhood size given");
+        }
+        for (i, &k) in self.ks.iter().enumerate() {
+            if k < 2 {
+                bail!("--k {k}: an L.Iso neighbourhood needs at least 2 neighbours");
+            }
+            if self.ks[..i].contains(&k) {
+                bail!("--k: {k} is given twice");
+            }
+            if k >= self.samples {
+                bail!(
+                    "--k {k}: an anchor among --samples {} images has only {} neighbours",
+                    self.samples,
+                    self.samples - 1
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The identity of a geometry computation: the folder, what it held, and the options.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct GeometryIdentity {
-    /// The folder as given.
+    /// The folder, canonical (the same folder given relative and absolute is one
+    /// configuration).
     pub images: String,
     /// Image files found in it.
     pub files_found: usize,
@@ -72,13 +117,24 @@ pub struct Selection {
 }
 
 impl Selection {
-    /// Lists the image files under `folder` ([`list_images`]) and selects the samples
+    /// Lists the image files under `folder` ([`list_images`], on its canonical path: the files
+    /// and the identity do not depend on how the folder was written) and selects the samples
     /// ([`select_samples`]).
     ///
     /// # Errors
-    /// As [`list_images`].
+    /// A folder that does not exist, as [`list_images`], or fewer than [`MIN_SAMPLES`] images.
     pub fn new(folder: &Path, options: &GeometryOptions) -> Result<Self> {
-        let files = list_images(folder)?;
+        let folder = folder
+            .canonicalize()
+            .with_context(|| format!("--images {}", folder.display()))?;
+        let files = list_images(&folder)?;
+        if files.len() < MIN_SAMPLES {
+            bail!(
+                "--images {}: {} image file(s); the geometric metrics need at least {MIN_SAMPLES}",
+                folder.display(),
+                files.len()
+            );
+        }
         let samples = select_samples(&files, options);
         Ok(Self {
             identity: GeometryIdentity {
@@ -312,6 +368,20 @@ pub struct GeometryConfig {
     pub batch_size: usize,
 }
 
+impl GeometryConfig {
+    /// Checks every option that needs no model, naming the flags.
+    ///
+    /// # Errors
+    /// As [`GeometryOptions::check`]; `--batch-size 0`.
+    pub fn check(&self) -> Result<()> {
+        self.geometry.check()?;
+        if self.batch_size == 0 {
+            bail!("--batch-size must be at least 1");
+        }
+        Ok(())
+    }
+}
+
 /// The identity of a geometry run.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct GeometryRunIdentity {
@@ -350,14 +420,15 @@ pub struct GeometryReport {
 /// As [`EncoderConfig::open`], [`Selection::new`], [`folder_processor`], [`open_run_dir`],
 /// [`compute`].
 pub fn run(config: &GeometryConfig, output: &Output, ctx: &RunContext) -> Result<GeometryReport> {
+    config.check()?;
     let device = &ctx.device;
-    let (spec, opened) = config.encoder.open(device)?;
     let selection = Selection::new(&config.images, &config.geometry)?;
+    let (spec, opened) = config.encoder.open(device)?;
     let proc = folder_processor(&opened.checkpoint, config.geometry.preprocess)?;
     let identity = GeometryRunIdentity {
-        model: spec.clone(),
+        model: canonical_spec(&spec),
         weights_sha256: opened.weights_sha256.clone(),
-        random_init: config.encoder.random_init().map(str::to_string),
+        random_init: config.encoder.random_init().map(canonical_init),
         dtype: config.encoder.dtype,
         output: config.output,
         geometry: selection.identity.clone(),
@@ -402,15 +473,34 @@ pub fn run(config: &GeometryConfig, output: &Output, ctx: &RunContext) -> Result
         "{spec}: G.PR = {:.4}, G.Iso = {:.4} (n = {}, D = {})",
         g.global.g_pr, g.global.g_iso, g.global.n, g.global.dim
     );
-    for l in &g.local {
-        // `k` unpadded, as the JSON value it was printed from.
-        println!(
-            "  L.Iso k={}: variance {:.4}, effective rank {:.4}, participation ratio {:.4}",
-            l.k, l.variance, l.effective_rank, l.participation_ratio
-        );
-    }
+    print!("{}", local_table(&g.local, g.global.dim));
     println!("results: {}", dir.display());
     Ok(report)
+}
+
+/// The L.Iso lines of the printed summary: what each number is (the effective rank and the
+/// participation ratio are normalised by `m = min(k − 1, D)`, the most non-zero eigenvalues a
+/// neighbourhood of `k` has, so all three lie in [0, 1]), then one line per `k`.
+pub fn local_table(local: &[LocalIsotropy], dim: usize) -> String {
+    let mut out = String::new();
+    if local.is_empty() {
+        return out;
+    }
+    out.push_str(
+        "  L.Iso (mean over anchors of the k-neighbourhood covariance; m = min(k − 1, D)): variance 1 − λ₁/Σλ, normalised effective rank exp(H(λ/Σλ))/m, normalised participation ratio (Σλ)²/(m·Σλ²)\n",
+    );
+    for l in local {
+        // `k` unpadded, as the JSON value it was printed from.
+        out.push_str(&format!(
+            "  L.Iso k={} (m = {}): variance {:.4}, normalised effective rank {:.4}, normalised participation ratio {:.4}\n",
+            l.k,
+            (l.k - 1).min(dim),
+            l.variance,
+            l.effective_rank,
+            l.participation_ratio
+        ));
+    }
+    out
 }
 
 /// A row of `eigenvalues.csv`: the covariance spectrum, largest first.
@@ -424,6 +514,91 @@ struct EigenRow {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn options() -> GeometryOptions {
+        GeometryOptions {
+            samples: 60,
+            anchors: 20,
+            ks: vec![8, 16],
+            geometry_seed: 42,
+            preprocess: Normalize::Imagenet,
+        }
+    }
+
+    #[test]
+    fn options_no_folder_can_use_are_refused_naming_the_flag() {
+        assert!(options().check().is_ok());
+        let fails = |o: GeometryOptions, want: &str| {
+            let e = o.check().unwrap_err().to_string();
+            assert!(e.starts_with(want), "{e}");
+        };
+        fails(
+            GeometryOptions {
+                anchors: 0,
+                ..options()
+            },
+            "--anchors 0",
+        );
+        fails(
+            GeometryOptions {
+                samples: 0,
+                ..options()
+            },
+            "--samples 0",
+        );
+        fails(
+            GeometryOptions {
+                ks: vec![8, 0],
+                ..options()
+            },
+            "--k 0",
+        );
+        fails(
+            GeometryOptions {
+                ks: vec![8, 8],
+                ..options()
+            },
+            "--k: 8 is given twice",
+        );
+        fails(
+            GeometryOptions {
+                ks: vec![60],
+                ..options()
+            },
+            "--k 60",
+        );
+        fails(
+            GeometryOptions {
+                ks: vec![],
+                ..options()
+            },
+            "--k: no",
+        );
+    }
+
+    /// The printed L.Iso says which numbers are normalised and by what.
+    #[test]
+    fn the_printed_effective_rank_says_it_is_normalised() {
+        let l = LocalIsotropy {
+            k: 8,
+            anchors: 20,
+            variance: 0.1,
+            effective_rank: 0.25,
+            participation_ratio: 0.3,
+        };
+        let t = local_table(&[l], 16);
+        assert!(
+            t.contains("normalised effective rank exp(H(λ/Σλ))/m"),
+            "{t}"
+        );
+        assert!(
+            t.contains("L.Iso k=8 (m = 7): variance 0.1000, normalised effective rank 0.2500, normalised participation ratio 0.3000"),
+            "{t}"
+        );
+        assert!(!t.contains(", effective rank"), "{t}");
+        // A 4-dimensional embedding caps m at D.
+        assert!(local_table(&[l], 4).contains("(m = 4)"));
+    }
 
     #[test]
     fn identity_and_flat_metric_names_are_the_recorded_ones() {

@@ -24,7 +24,7 @@ use serde_json::json;
 use super::geometry::{self, GeometryIdentity, GeometryOptions, Selection};
 use super::{
     BankIdentity, EncoderConfig, SameDiffSummary, SceneConfig, binding_on_bank, binding_summaries,
-    dump_scenes, open_run_dir, samediff_on_bank, scene_bank, scene_processor,
+    check_readouts, dump_scenes, open_run_dir, samediff_on_bank, scene_bank, scene_processor,
 };
 use crate::readout::{Bank, Readout};
 
@@ -77,9 +77,25 @@ impl ProbeAllConfig {
     /// Refuses settings no run can use, naming the flag.
     ///
     /// # Errors
-    /// Scene sizes out of range, fewer than 2 pairs, no trials, no JER images, a zero JER chunk
-    /// or fewer than 2 JER directions.
+    /// Scene sizes out of range, fewer than 2 pairs, no trials, bad readouts
+    /// ([`super::check_readouts`]), geometry options no folder can use (with `images`:
+    /// [`GeometryOptions::check`]), no JER images, a zero JER chunk or fewer than 2 JER
+    /// directions.
     pub fn check(&self) -> Result<()> {
+        self.check_sizes()?;
+        check_readouts(&self.readouts)?;
+        if self.images.is_some() {
+            self.geometry.check()?;
+        }
+        Ok(())
+    }
+
+    /// The checks of [`ProbeAllConfig::check`] that need no readout: scene sizes, pairs,
+    /// trials and the JER settings.
+    ///
+    /// # Errors
+    /// As [`ProbeAllConfig::check`].
+    pub fn check_sizes(&self) -> Result<()> {
         self.scenes.check()?;
         if self.pairs < 2 {
             bail!("--pairs must be at least 2");
@@ -122,6 +138,27 @@ struct RowIdentity<'a> {
     readouts: &'a [Readout],
     jer: Option<JerIdentity<'a>>,
     geometry: Option<&'a GeometryIdentity>,
+}
+
+/// The plain-device (no autodiff) encoder of `ckpt`.
+fn load(
+    config: &ProbeAllConfig,
+    ckpt: &bindscope_core::Checkpoint,
+    spec: &str,
+    device: &burn::prelude::Device,
+) -> Result<Box<dyn bindscope_models::VisionEncoder>> {
+    bindscope_models::registry::load_vision(ckpt, device, &config.encoder.dtype.load_options())
+        .with_context(|| format!("loading vision encoder of '{spec}'"))
+}
+
+/// A JER check's message with probe-all's flag names (`--jer-image-size`, `--jer-chunk`,
+/// `--jer-directions`) for the `jer` subcommand's.
+fn jer_flags(e: &anyhow::Error) -> anyhow::Error {
+    let text = format!("{e:#}")
+        .replace("--image-size", "--jer-image-size")
+        .replace("--chunk", "--jer-chunk")
+        .replace("--directions", "--jer-directions");
+    anyhow::anyhow!(text)
 }
 
 /// `row.json`: one encoder's row of Table 3.
@@ -168,6 +205,34 @@ pub fn run(config: &ProbeAllConfig, output: &Output, ctx: &RunContext) -> Result
     let ckpt = bindscope_core::Checkpoint::resolve(&spec)?;
     let sha = ckpt.weights_sha256()?;
     let label = config.label.clone().unwrap_or_else(|| slug(&spec));
+    let jer = config.jer.as_ref().map(|j| bindscope_jer::study::Config {
+        models: vec![spec.clone()],
+        images: j.images,
+        seeds: vec![j.seed],
+        directions: j.directions,
+        estimator: Estimator::OutputSketch,
+        chunk: j.chunk,
+        output: scenes.output,
+        normalize: Normalize::Imagenet,
+        depth: false,
+        image_size: j.image_size,
+        dtype: config.encoder.dtype,
+    });
+    // Every check that needs the model, before the run directory: the scenes and the JER
+    // probe against its patch size and the memory, `--jer-directions` against its output.
+    {
+        let model = load(config, &ckpt, &spec, device)?;
+        scenes.check_fits(&model.info(), &spec)?;
+        let host = bindscope_jer::study::on_host(ctx);
+        scenes.check_memory(model.as_ref(), &spec, host)?;
+        if let Some(jer) = &jer {
+            jer.check()?;
+            bindscope_jer::study::check_model(jer, &spec, model.as_ref(), device, host)
+                .map_err(|e| jer_flags(&e))?;
+        }
+    }
+    // The scenes are dumped before the folder is listed: `--dump-images D --images D` uses
+    // them as the natural images.
     if let Some(d) = &config.dump_images {
         dump_scenes(d, &scenes.render_spec())?;
     }
@@ -204,27 +269,14 @@ pub fn run(config: &ProbeAllConfig, output: &Output, ctx: &RunContext) -> Result
     let mut details = BTreeMap::new();
 
     // 1. JER, through the JER study (its own resumable run directory).
-    if let Some(j) = &config.jer {
+    if let Some(jer) = &jer {
         let t = Instant::now();
         let jer_dir = dir.join("jer");
-        let jer = bindscope_jer::study::Config {
-            models: vec![spec.clone()],
-            images: j.images,
-            seeds: vec![j.seed],
-            directions: j.directions,
-            estimator: Estimator::OutputSketch,
-            chunk: j.chunk,
-            output: scenes.output,
-            normalize: Normalize::Imagenet,
-            depth: false,
-            image_size: j.image_size,
-            dtype: config.encoder.dtype,
-        };
         let jer_out = Output {
             dir: Some(jer_dir.clone()),
             fresh: false,
         };
-        let summary = bindscope_jer::study::run(&jer, &jer_out, ctx)?
+        let summary = bindscope_jer::study::run(jer, &jer_out, ctx)?
             .models
             .pop()
             .context("the JER run returned no summary")?;
@@ -238,14 +290,8 @@ pub fn run(config: &ProbeAllConfig, output: &Output, ctx: &RunContext) -> Result
     }
 
     // 2. Scene bank, binding, same/different; 3. geometry — one plain-device model.
-    let model = bindscope_models::registry::load_vision(
-        &ckpt,
-        device,
-        &config.encoder.dtype.load_options(),
-    )
-    .with_context(|| format!("loading vision encoder of '{spec}'"))?;
+    let model = load(config, &ckpt, &spec, device)?;
     let info: ModelInfo = model.info();
-    scenes.check_fits(&info, &spec)?;
     let t = Instant::now();
     let proc = scene_processor(&ckpt, scenes.normalize)?;
     let rows = scene_bank(
