@@ -12,7 +12,8 @@ pub struct CorrelateArgs {
     /// row.json files or directories holding them (searched recursively).
     #[arg(required = true, num_args = 1..)]
     rows: Vec<PathBuf>,
-    /// The binding accuracy every metric is correlated with.
+    /// The binding accuracy every metric is correlated with (a metric of the rows; another
+    /// name is an error listing them).
     #[arg(long, default_value = "binding_cosine")]
     target: String,
     /// Covariates of the partial correlation (row fields or metrics).

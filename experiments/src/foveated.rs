@@ -87,7 +87,7 @@ pub struct FoveatedArgs {
     /// Probes, comma-separated: linear, mlp.
     #[arg(long, value_delimiter = ',', default_value = "linear,mlp")]
     probes: Vec<String>,
-    /// Probe seeds (initialisation, batch order, dropout), comma-separated.
+    /// Probe seeds (initialisation, batch order, dropout), comma-separated, each once.
     #[arg(long, value_delimiter = ',', default_value = "0")]
     seeds: Vec<u64>,
     /// Seed of the scenes (and of the GQA split).

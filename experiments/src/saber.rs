@@ -73,7 +73,8 @@ impl SizeArgs {
 struct GenerateArgs {
     #[command(flatten)]
     size: SizeArgs,
-    /// Output directory (default runs/saber/data-seed<SEED>).
+    /// Output directory (default runs/saber/data-seed<SEED>): new, empty, or holding the
+    /// benchmark of these very settings; another generator's benchmark is never overwritten.
     #[arg(long)]
     out: Option<PathBuf>,
 }

@@ -363,7 +363,7 @@ fn degenerate_sizes_are_errors_not_empty_results() {
                 "--out".into(),
                 out("t"),
             ],
-            "--rank, --batch-size and --epochs must be at least 1",
+            "--rank must be at least 1 (got 0)",
         ),
         (
             vec![
@@ -376,7 +376,7 @@ fn degenerate_sizes_are_errors_not_empty_results() {
                 "--out".into(),
                 out("f"),
             ],
-            "--size and --supersample must be at least 1",
+            "--image-size must be at least 1 (got 0)",
         ),
         (
             vec![

@@ -18,11 +18,12 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, anyhow, bail};
-use bindscope_core::plot::{COLORS, render};
+use bindscope_core::plot::{Axis, COLORS, DESC_FONT, LABEL_FONT, TITLE_FONT, render, short_labels};
 use bindscope_core::run::{
     Output, RunContext, new_run_dir, read_json, timestamp, write_csv_table, write_json,
 };
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -104,6 +105,72 @@ pub fn find_rows(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
     Ok(out)
 }
 
+/// Checks that `--target`, every `--covariates` and every `--ols` name is a metric or numeric
+/// field of at least one row, before anything is written; an unknown name is an error naming
+/// its flag and listing what the rows have.
+fn check_names(config: &CorrelateConfig, rows: &[Row]) -> Result<()> {
+    let known = |key: &str| rows.iter().any(|r| r.get(key).is_some());
+    let metrics: BTreeSet<&str> = rows
+        .iter()
+        .filter_map(|r| r.value["metrics"].as_object())
+        .flat_map(|m| m.iter())
+        .filter(|(_, v)| v.as_f64().is_some_and(f64::is_finite))
+        .map(|(k, _)| k.as_str())
+        .collect();
+    let fields: BTreeSet<&str> = rows
+        .iter()
+        .filter_map(|r| r.value.as_object())
+        .flat_map(|m| m.iter())
+        .filter(|(k, v)| *k != "metrics" && v.as_f64().is_some_and(f64::is_finite))
+        .map(|(k, _)| k.as_str())
+        .collect();
+    let list = |set: &BTreeSet<&str>| {
+        if set.is_empty() {
+            "none".to_string()
+        } else {
+            set.iter().copied().collect::<Vec<_>>().join(", ")
+        }
+    };
+    if !known(&config.target) {
+        let targets: BTreeSet<&str> = metrics
+            .iter()
+            .copied()
+            .filter(|k| k.starts_with("binding_"))
+            .collect();
+        bail!(
+            "--target {}: no row has this metric; the rows' binding accuracies are {} (other metrics: {})",
+            config.target,
+            list(&targets),
+            list(
+                &metrics
+                    .iter()
+                    .copied()
+                    .filter(|k| !k.starts_with("binding_"))
+                    .collect()
+            )
+        );
+    }
+    for (flag, names) in [("--covariates", &config.covariates), ("--ols", &config.ols)] {
+        let mut seen = BTreeSet::new();
+        for n in names {
+            if !seen.insert(n.as_str()) {
+                bail!("{flag}: '{n}' is given twice");
+            }
+            if !known(n) {
+                bail!(
+                    "{flag}: no row has '{n}' (metrics: {}; row fields: {})",
+                    list(&metrics),
+                    list(&fields)
+                );
+            }
+            if *n == config.target {
+                bail!("{flag}: '{n}' is the target (--target)");
+            }
+        }
+    }
+    Ok(())
+}
+
 fn fmt(v: f64) -> String {
     if v.is_nan() {
         "nan".into()
@@ -119,7 +186,9 @@ fn fmt(v: f64) -> String {
 /// Uses no device.
 ///
 /// # Errors
-/// No `row.json` found, a file that is not a `probe-all` row, or a write.
+/// No `row.json` found, a file that is not a `probe-all` row, a `--target`, `--covariates` or
+/// `--ols` name no row has (listing the rows' metrics; checked before anything is written),
+/// or a write.
 pub fn run(
     config: &CorrelateConfig,
     output: &Output,
@@ -151,6 +220,7 @@ pub fn run(
         })
         .collect::<Result<_>>()?;
     let target = &config.target;
+    check_names(config, &rows)?;
     let with_target: Vec<&Row> = rows.iter().filter(|r| r.get(target).is_some()).collect();
     for r in rows.iter().filter(|r| r.get(target).is_none()) {
         eprintln!(
@@ -347,8 +417,9 @@ struct Scatter<'a> {
     p: f64,
 }
 
-/// Target vs metric, one labelled point per model, least-squares line (the shared canvas:
-/// [`render`]).
+/// Target vs metric, one point per model labelled with its short name ([`short_labels`]; a
+/// label in the right third of the plot is written to the left of its point, so it stays on
+/// the canvas), least-squares line (the shared canvas and axes of [`bindscope_core::plot`]).
 fn scatter_svg(path: &Path, s: &Scatter) -> Result<()> {
     let span = |v: &[f64]| {
         let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
@@ -362,26 +433,33 @@ fn scatter_svg(path: &Path, s: &Scatter) -> Result<()> {
     };
     let (x0, x1) = span(s.x);
     let (y0, y1) = span(s.y);
+    let xa = Axis::linear(x0, x1);
+    let ya = Axis::linear(y0, y1);
     let coef = lstsq(&[s.x], s.y);
+    let labels: Vec<&str> = s.labels.iter().map(String::as_str).collect();
+    let labels = short_labels(&labels);
     render(path, |root| {
         let mut chart = ChartBuilder::on(root)
             .caption(
                 format!(
-                    "{} vs {}   (r = {}, p = {})",
+                    "{} vs {}   (r = {}, p = {}, n = {})",
                     s.target,
                     s.metric,
                     fmt(s.r),
-                    fmt(s.p)
+                    fmt(s.p),
+                    s.x.len()
                 ),
-                ("sans-serif", 18),
+                ("sans-serif", TITLE_FONT),
             )
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(56)
-            .build_cartesian_2d(x0..x1, y0..y1)
+            .margin(16)
+            .x_label_area_size(48)
+            .y_label_area_size(ya.label_area())
+            .build_cartesian_2d(xa.clone(), ya.clone())
             .map_err(|e| anyhow!("{e:?}"))?;
         chart
             .configure_mesh()
+            .label_style(("sans-serif", LABEL_FONT))
+            .axis_desc_style(("sans-serif", DESC_FONT))
             .x_desc(s.metric)
             .y_desc(s.target)
             .draw()
@@ -394,10 +472,20 @@ fn scatter_svg(path: &Path, s: &Scatter) -> Result<()> {
             ))
             .map_err(|e| anyhow!("{e:?}"))?;
         chart
-            .draw_series(s.x.iter().zip(s.y).zip(s.labels).map(|((a, b), l)| {
+            .draw_series(s.x.iter().zip(s.y).zip(&labels).map(|((a, b), l)| {
+                let right = (a - x0) / (x1 - x0) > 0.66;
+                let (offset, pos) = if right {
+                    ((-8, -6), Pos::new(HPos::Right, VPos::Bottom))
+                } else {
+                    ((8, -6), Pos::new(HPos::Left, VPos::Bottom))
+                };
                 EmptyElement::at((*a, *b))
                     + Circle::new((0, 0), 5, COLORS[0].filled())
-                    + Text::new(l.clone(), (7, -7), ("sans-serif", 12).into_font())
+                    + Text::new(
+                        l.clone(),
+                        offset,
+                        TextStyle::from(("sans-serif", LABEL_FONT).into_font()).pos(pos),
+                    )
             }))
             .map_err(|e| anyhow!("{e:?}"))?;
         Ok(())

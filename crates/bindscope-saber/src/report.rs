@@ -13,7 +13,6 @@ use crate::SaberError;
 use crate::embed::ImageCoverage;
 use crate::eval::{Breakdown, EvalOutput};
 use crate::jsonl::{Rejection, write_jsonl};
-use std::fmt::Write as _;
 use std::path::Path;
 
 /// Where the items came from and what was rejected.
@@ -34,18 +33,41 @@ pub struct InputSummary {
     pub images: Option<ImageCoverage>,
 }
 
-/// Header of `per_n.csv`.
-pub const CSV_HEADER: &str = "pairing,n,items,mcq_accuracy,mcq_accuracy_independent,mcq_accuracy_chain,\
-win_bind,win_attr_perm,win_obj_perm,win_both_perm,win_replace,\
-map_independent,map_nested,hit1_independent,hit1_nested,mean_exact_rank_independent,\
-subset_queries,subset_pairs,subset_above_rate,subset_query_rate,\
-superset_queries,superset_pairs,superset_above_rate,superset_query_rate";
+/// The columns of `per_n.csv`.
+pub const PER_N_COLUMNS: [&str; 24] = [
+    "pairing",
+    "n",
+    "items",
+    "mcq_accuracy",
+    "mcq_accuracy_independent",
+    "mcq_accuracy_chain",
+    "win_bind",
+    "win_attr_perm",
+    "win_obj_perm",
+    "win_both_perm",
+    "win_replace",
+    "map_independent",
+    "map_nested",
+    "hit1_independent",
+    "hit1_nested",
+    "mean_exact_rank_independent",
+    "subset_queries",
+    "subset_pairs",
+    "subset_above_rate",
+    "subset_query_rate",
+    "superset_queries",
+    "superset_pairs",
+    "superset_above_rate",
+    "superset_query_rate",
+];
 
+/// A rate with 6 decimals; empty when undefined.
 fn f(x: Option<f64>) -> String {
     x.map_or_else(String::new, |v| format!("{v:.6}"))
 }
 
-fn csv_row(out: &mut String, pairing: &str, b: &Breakdown) {
+/// One record of `per_n.csv` ([`PER_N_COLUMNS`]).
+fn csv_row(pairing: &str, b: &Breakdown) -> Vec<String> {
     let n = b.n.map_or_else(|| "all".to_string(), |n| n.to_string());
     let win = |k: &str| -> String {
         match (b.mcq.wins.get(k), b.mcq.items) {
@@ -54,10 +76,10 @@ fn csv_row(out: &mut String, pairing: &str, b: &Breakdown) {
         }
     };
     let c = &b.containment;
-    let _ = writeln!(
-        out,
-        "{pairing},{n},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
-        b.mcq.items,
+    vec![
+        pairing.to_string(),
+        n,
+        b.mcq.items.to_string(),
         f(b.mcq.accuracy),
         f(b.mcq_independent.accuracy),
         f(b.mcq_chain.accuracy),
@@ -71,27 +93,37 @@ fn csv_row(out: &mut String, pairing: &str, b: &Breakdown) {
         f(b.retrieval_independent.hit_at_1),
         f(b.retrieval_nested.hit_at_1),
         f(b.retrieval_independent.mean_exact_rank),
-        c.subset.queries_with,
-        c.subset.pairs,
+        c.subset.queries_with.to_string(),
+        c.subset.pairs.to_string(),
         f(c.subset.pair_rate),
         f(c.subset.query_rate),
-        c.superset.queries_with,
-        c.superset.pairs,
+        c.superset.queries_with.to_string(),
+        c.superset.pairs.to_string(),
         f(c.superset.pair_rate),
         f(c.superset.query_rate),
-    );
+    ]
 }
 
-/// `per_n.csv`: per pairing, one row per `N` then the `all` row.
-pub fn per_n_csv(out: &EvalOutput) -> String {
-    let mut s = String::from(CSV_HEADER);
-    s.push('\n');
-    for p in &out.pairings {
-        for b in p.by_n.iter().chain(std::iter::once(&p.overall)) {
-            csv_row(&mut s, &p.pairing, b);
-        }
-    }
-    s
+/// The records of `per_n.csv`: per pairing, one row per `N` then the `all` row.
+pub fn per_n_rows(out: &EvalOutput) -> Vec<Vec<String>> {
+    out.pairings
+        .iter()
+        .flat_map(|p| {
+            p.by_n
+                .iter()
+                .chain(std::iter::once(&p.overall))
+                .map(|b| csv_row(&p.pairing, b))
+        })
+        .collect()
+}
+
+/// Writes `per_n.csv` atomically through the `csv` crate (quoted where a field needs it).
+///
+/// # Errors
+/// [`SaberError::Invalid`] with the writer's message, which names the file.
+pub fn write_per_n_csv(path: &Path, out: &EvalOutput) -> Result<(), SaberError> {
+    bindscope_core::run::write_csv_table(path, &PER_N_COLUMNS, &per_n_rows(out))
+        .map_err(|e| SaberError::Invalid(e.to_string()))
 }
 
 fn write_json(path: &Path, v: &serde_json::Value) -> Result<(), SaberError> {
@@ -126,8 +158,44 @@ pub fn write_run(
         },
     });
     write_json(&dir.join("results.json"), &results)?;
-    let csv = per_n_csv(out);
-    let p = dir.join("per_n.csv");
-    bindscope_core::fsutil::write_atomic(&p, csv.as_bytes()).map_err(|e| SaberError::io(&p, e))?;
+    write_per_n_csv(&dir.join("per_n.csv"), out)?;
     write_jsonl(&dir.join("items.jsonl"), &out.rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::eval::PairingResults;
+
+    /// `per_n.csv` is written by the `csv` crate: a field with a comma or a quote is quoted,
+    /// so every record has the header's columns when read back.
+    #[test]
+    fn per_n_csv_quotes_what_needs_quoting() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = EvalOutput {
+            pairings: vec![PairingResults {
+                pairing: "text->text, \"odd\"".into(),
+                items: 0,
+                items_missing_embeddings: 0,
+                gallery: 0,
+                by_n: vec![Breakdown {
+                    n: Some(2),
+                    ..Default::default()
+                }],
+                overall: Breakdown::default(),
+            }],
+            rows: Vec::new(),
+        };
+        let path = dir.path().join("per_n.csv");
+        write_per_n_csv(&path, &out).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.starts_with("pairing,n,items,mcq_accuracy,"), "{text}");
+        assert!(text.contains("\"text->text, \"\"odd\"\"\",2,0,"), "{text}");
+        let mut r = csv::Reader::from_path(&path).unwrap();
+        let records: Vec<csv::StringRecord> = r.records().map(Result::unwrap).collect();
+        assert_eq!(records.len(), 2);
+        assert!(records.iter().all(|rec| rec.len() == PER_N_COLUMNS.len()));
+        assert_eq!(&records[0][0], "text->text, \"odd\"");
+        assert_eq!(&records[1][1], "all");
+    }
 }

@@ -57,9 +57,13 @@ pub fn items_sha256(items: &[McqItem]) -> Result<String> {
 /// Generates the benchmark of `config` with the built-in vocabulary and writes its files.
 /// Computes nothing on a device (the manifest has no device record).
 ///
+/// The output directory must be new, empty, or hold the benchmark of this very `config`
+/// (checked before generating; another seed's benchmark is never overwritten).
+///
 /// # Errors
 /// A generator that cannot satisfy its constraints, no item to generate (`--independent` and
-/// `--chains` both 0), or a failed write.
+/// `--chains` both 0), an output directory holding another benchmark or other files, or a
+/// failed write.
 pub fn generate(
     config: &GenerateConfig,
     output: &Output,
@@ -69,6 +73,10 @@ pub fn generate(
         .dir
         .clone()
         .unwrap_or_else(|| runs_root("saber").join(format!("data-seed{}", config.seed)));
+    if config.independent_per_n == 0 && config.chains == 0 {
+        bail!("--independent and --chains are both 0: no item to generate");
+    }
+    check_generate_out(&out, config)?;
     let vocab = Vocabulary::builtin();
     let t0 = Instant::now();
     let items = generate_items(&vocab, config)?;
@@ -115,6 +123,46 @@ pub fn generate(
         prompts: rows.len(),
         saber_jsonl_sha256: sha,
     })
+}
+
+/// Checks that `generate` may write into `out`: a new or empty directory, or one holding the
+/// benchmark of this very generator configuration (written again, byte for byte the same).
+/// Another generator's benchmark (another `--seed`, other sizes) or files that are not a
+/// benchmark are never overwritten.
+///
+/// # Errors
+/// `out` holds another generator's benchmark (the differing settings named), is not a
+/// directory, or is a non-empty directory without `manifest.json`.
+fn check_generate_out(out: &std::path::Path, config: &GenerateConfig) -> Result<()> {
+    if !out.exists() {
+        return Ok(());
+    }
+    if !out.is_dir() {
+        bail!("--out {}: not a directory", out.display());
+    }
+    let manifest = out.join("manifest.json");
+    if manifest.is_file() {
+        let m: serde_json::Value = bindscope_core::run::read_json(&manifest)?;
+        let there = m.get("generator").cloned().unwrap_or_default();
+        let now = serde_json::to_value(config)?;
+        if there != now {
+            bail!(
+                "{} holds the SABER benchmark of another generator ({}); nothing was overwritten: choose another --out or remove it",
+                out.display(),
+                bindscope_core::run::describe_difference(&there, &now)
+            );
+        }
+        return Ok(());
+    }
+    let mut entries =
+        std::fs::read_dir(out).with_context(|| format!("reading {}", out.display()))?;
+    if entries.next().is_some() {
+        bail!(
+            "{} exists, is not empty and holds no manifest.json (not a SABER benchmark); nothing was overwritten: choose another --out",
+            out.display()
+        );
+    }
+    Ok(())
 }
 
 /// Everything that decides the numbers of a SABER evaluation.

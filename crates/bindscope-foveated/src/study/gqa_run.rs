@@ -123,6 +123,13 @@ pub(super) fn run(config: &Config, output: &Output, ctx: &RunContext) -> Result<
     )?;
     let grid = extractor.grid;
     let want_text = readouts.iter().any(|r| r == "text-fovea");
+    // The text-conditioned fovea needs the checkpoint's tokenizer and text tower: checked
+    // before the run directory is made or any image is encoded.
+    let text = if want_text {
+        Some(text_tower(&enc, config, device)?)
+    } else {
+        None
+    };
 
     let pairs_hash = short_hash(&serde_json::to_value(&pairs)?);
     let p = &enc.processor;
@@ -167,7 +174,7 @@ pub(super) fn run(config: &Config, output: &Output, ctx: &RunContext) -> Result<
         questions: &pairs.questions,
         splits: &splits,
     };
-    inputs.extract(&cache, &extractor, &enc, config, want_text)?;
+    inputs.extract(&cache, &extractor, config, text)?;
     let extract_seconds = t_extract.elapsed().as_secs_f64();
     drop(extractor);
     drop(enc.model);
@@ -203,7 +210,7 @@ pub(super) fn run(config: &Config, output: &Output, ctx: &RunContext) -> Result<
 }
 
 /// The GQA readouts of `--readouts`: `fovea` (in the default list) means the text-conditioned
-/// fovea, `text-fovea`; repeats are dropped.
+/// fovea, `text-fovea`; both given is an error (a repeated name already is: [`super::Config::check`]).
 fn gqa_readouts(requested: &[String]) -> Result<Vec<String>> {
     let mut out: Vec<String> = Vec::new();
     for r in requested {
@@ -215,9 +222,12 @@ fn gqa_readouts(requested: &[String]) -> Result<Vec<String>> {
         if !GQA_READOUTS.contains(&r) {
             return Err(unknown_readout(r, "gqa", &GQA_READOUTS));
         }
-        if !out.iter().any(|o| o == r) {
-            out.push(r.to_string());
+        if out.iter().any(|o| o == r) {
+            bail!(
+                "--readouts: fovea and text-fovea are the same readout on --task gqa (the text-conditioned fovea): give one"
+            );
         }
+        out.push(r.to_string());
     }
     Ok(out)
 }
@@ -288,16 +298,14 @@ struct Inputs<'a> {
 
 impl Inputs<'_> {
     /// Encodes what the cache lacks: per split the full images (`<split>`), the oracle crops
-    /// (`<split>-crop`) and, for the text-conditioned fovea, the questions.
+    /// (`<split>-crop`) and, with the text tower of the text-conditioned fovea, the questions.
     fn extract(
         &self,
         cache: &Cache,
         extractor: &Extractor,
-        enc: &Encoder,
         config: &Config,
-        want_text: bool,
+        text: Option<(Tokenizer, Box<dyn TextEncoder>)>,
     ) -> Result<()> {
-        let mut text: Option<(Tokenizer, Box<dyn TextEncoder>)> = None;
         for &s in &SPLITS {
             let items = self.splits.get(s);
             for (suffix, crop) in [("", false), ("-crop", true)] {
@@ -318,13 +326,10 @@ impl Inputs<'_> {
                 pb.finish_and_clear();
             }
             let path = text_path(cache, s);
-            if want_text && !path.exists() {
-                let (tok, model) = match text.take() {
-                    Some(t) => t,
-                    None => text_tower(enc, config, &extractor.device)?,
-                };
-                self.embed(&tok, model.as_ref(), items, &extractor.device, &path)?;
-                text = Some((tok, model));
+            if let Some((tok, model)) = &text
+                && !path.exists()
+            {
+                self.embed(tok, model.as_ref(), items, &extractor.device, &path)?;
             }
         }
         Ok(())

@@ -21,6 +21,9 @@
 //! - `attention/`: fovea attention maps of the first test scenes (and their first
 //!   counterfactual) as PNG; `images/` with [`Config::dump_images`].
 //!
+//! `config.json` is rewritten by every invocation (what ran last: its readouts, probes and
+//! seeds, which `results.json` reports), keeping the first invocation's `created` time.
+//!
 //! Features live in a cache shared by runs (`runs/foveated/cache/<model>-<sha>/<task>-<hash>/`,
 //! or [`Config::cache_dir`]), extracted once per encoder and scene configuration and resumable
 //! shard by shard. Running the same configuration again resumes: finished shards and finished
@@ -145,13 +148,71 @@ impl Report {
 /// Invalid options (named by their `experiments foveated` flag), unreadable or unsupported
 /// checkpoints, GQA inputs, feature-cache and run-directory errors.
 pub fn run(config: &Config, output: &Output, ctx: &RunContext) -> Result<Report> {
-    if config.image_size == Some(0) || config.supersample == 0 {
-        bail!("--size and --supersample must be at least 1");
-    }
+    config.check()?;
     match config.task {
         StudyTask::Csb => scenes::run(config, Task::Csb, output, ctx),
         StudyTask::Csd => scenes::run(config, Task::Csd, output, ctx),
         StudyTask::Gqa => gqa_run::run(config, output, ctx).map(|r| Report::Gqa(Box::new(r))),
+    }
+}
+
+impl Config {
+    /// Refuses settings that cannot run or would report nonsense, each error naming its flag
+    /// of `experiments foveated`: a zero `--image-size`, `--supersample`, `--batch` or
+    /// `--epochs`; CSB / CSD: a zero `--train`, `--val` or `--test`, `--nuisance-scenes`
+    /// beyond `--test`; an empty `--seeds`; a value given twice in `--seeds`, `--readouts` or
+    /// `--probes` (the summary would count a seed twice). Readout and probe names are checked
+    /// per task ([`scenes`], [`gqa_run`]). Runs before any model is opened or file written.
+    ///
+    /// # Errors
+    /// The first bad option, named by its flag.
+    pub fn check(&self) -> Result<()> {
+        let positive = [
+            ("--image-size", self.image_size),
+            ("--supersample", Some(self.supersample)),
+            ("--batch", Some(self.batch)),
+            ("--epochs", self.epochs),
+        ];
+        for (flag, v) in positive {
+            if v == Some(0) {
+                bail!("{flag} must be at least 1 (got 0)");
+            }
+        }
+        if self.task != StudyTask::Gqa {
+            let sizes = [
+                ("--train", self.sizes.train),
+                ("--val", self.sizes.val),
+                ("--test", self.sizes.test),
+            ];
+            for (flag, n) in sizes {
+                if n == 0 {
+                    bail!("{flag} must be at least 1 scene (got 0)");
+                }
+            }
+            if let Some(n) = self.nuisance_scenes
+                && n > self.sizes.test
+            {
+                bail!(
+                    "--nuisance-scenes {n} exceeds --test {}: nuisance variants are made of test scenes",
+                    self.sizes.test
+                );
+            }
+        }
+        if self.seeds.is_empty() {
+            bail!("--seeds: at least one seed");
+        }
+        fn no_repeats<T: PartialEq + std::fmt::Display>(flag: &str, values: &[T]) -> Result<()> {
+            for (i, v) in values.iter().enumerate() {
+                if values[..i].contains(v) {
+                    bail!("{flag}: {v} is given twice");
+                }
+            }
+            Ok(())
+        }
+        no_repeats("--seeds", &self.seeds)?;
+        no_repeats("--readouts", &self.readouts)?;
+        no_repeats("--probes", &self.probes)?;
+        Ok(())
     }
 }
 
@@ -332,13 +393,24 @@ fn run_dir<T: Serialize>(
     Ok((dir, identity))
 }
 
-/// Writes `config.json` (`fields` with the provenance of `ctx`) unless the run directory has
-/// one (a resumed run keeps its record).
+/// Writes `config.json`: `fields` (the identity and what this invocation runs: readouts,
+/// probes, seeds, …) with the provenance of `ctx`. Every invocation rewrites it, so it records
+/// what ran last (the results are computed for exactly those readouts, probes and seeds); a
+/// resumed run keeps the `created` time of its first invocation and records this one as
+/// `updated`. The identity cannot change: [`run_dir`] refused another one.
 fn write_config(dir: &Path, ctx: &RunContext, fields: serde_json::Value) -> Result<()> {
     let path = dir.join("config.json");
-    if !path.exists() {
-        bindscope_core::run::write_json(&path, &ctx.config_json(fields))?;
+    let mut config = ctx.config_json(fields);
+    if path.exists() {
+        let old: serde_json::Value = bindscope_core::run::read_json(&path)?;
+        if let (Some(created), Some(obj)) = (old.get("created"), config.as_object_mut()) {
+            let now = obj.insert("created".into(), created.clone());
+            if let Some(now) = now {
+                obj.insert("updated".into(), now);
+            }
+        }
     }
+    bindscope_core::run::write_json(&path, &config)?;
     Ok(())
 }
 

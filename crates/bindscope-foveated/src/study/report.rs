@@ -9,10 +9,22 @@ use crate::gqa::{self, BuildReport};
 use crate::metrics::NsrStats;
 use crate::scene::Task;
 use anyhow::Result;
+use bindscope_core::plot::short_label;
 use bindscope_core::run::{Plain, write_csv, write_json};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+
+/// `" (mean ± std over N probe seeds)"` for a title when every bar has N > 1 seeds, `""` for
+/// one seed (no whiskers).
+fn seeds_note(counts: impl Iterator<Item = usize>) -> String {
+    let n = counts.max().unwrap_or(1);
+    if n > 1 {
+        format!(" (mean ± std over {n} probe seeds)")
+    } else {
+        String::new()
+    }
+}
 
 /// Mean and sample standard deviation of a metric over the seeds of a (readout, probe), the
 /// non-finite values left out (`NaN` — JSON `null` — when none is finite).
@@ -318,33 +330,53 @@ pub(super) fn scenes(
 
     // Plots.
     let rows = &results.results;
-    let bars = |f: &dyn Fn(&ScenesRow) -> f64| -> Vec<(String, f64)> {
+    let bars = |f: &dyn Fn(&ScenesRow) -> Stat| -> Vec<plots::Bar> {
         rows.iter()
-            .map(|t| (format!("{}+{}", t.readout, t.probe), f(t)))
+            .map(|t| {
+                let s = f(t);
+                plots::Bar {
+                    readout: t.readout.clone(),
+                    probe: t.probe.clone(),
+                    mean: s.mean,
+                    std: s.std,
+                }
+            })
             .collect()
     };
+    let model = short_label(spec);
+    let seeds = seeds_note(rows.iter().map(|t| t.seeds.len()));
+    let chance_name = format!("chance ({chance:.3})");
     plots::bars(
         &dir.join("top1.svg"),
-        &format!("Test top-1 — {spec} ({})", generator.task.name()),
-        &bars(&|t| t.test_top1.mean),
-        Some(chance),
-        Some(1.0),
+        &format!("Test top-1 — {model}, {}{seeds}", generator.task.name()),
+        &bars(&|t| t.test_top1),
+        &plots::BarAxis {
+            label: "test top-1",
+            reference: Some((chance, &chance_name)),
+            top: Some(1.0),
+        },
     )?;
     plots::bars(
         &dir.join("flip.svg"),
-        &format!("Counterfactual flip rate — {spec}"),
-        &bars(&|t| t.flip_rate.mean),
-        None,
-        Some(1.0),
+        &format!("Counterfactual flip rate — {model}{seeds}"),
+        &bars(&|t| t.flip_rate),
+        &plots::BarAxis {
+            label: "flip rate",
+            reference: None,
+            top: Some(1.0),
+        },
     )?;
-    let nsr_bars = bars(&|t| t.nsr.mean);
-    if nsr_bars.iter().any(|(_, v)| v.is_finite()) {
+    let nsr_bars = bars(&|t| t.nsr);
+    if nsr_bars.iter().any(|b| b.mean.is_finite()) {
         plots::bars(
             &dir.join("nsr.svg"),
-            &format!("Nuisance-to-signal ratio — {spec}"),
+            &format!("Nuisance-to-signal ratio — {model}{seeds}"),
             &nsr_bars,
-            Some(1.0),
-            None,
+            &plots::BarAxis {
+                label: "NSR (nuisance / signal variance)",
+                reference: Some((1.0, "NSR = 1")),
+                top: None,
+            },
         )?;
     }
     for ((r, p), rs) in &groups {
@@ -352,7 +384,7 @@ pub(super) fn scenes(
             rs.iter().map(|r| (r.seed, r.history.as_slice())).collect();
         plots::curves(
             &dir.join(format!("curves-{r}-{p}.svg")),
-            &format!("{r} + {p}: validation top-1 per epoch"),
+            &format!("{r} + {p}: validation top-1 per epoch — {model}"),
             &curves,
         )?;
     }
@@ -465,21 +497,28 @@ pub(super) fn gqa(
     for (r, csv) in &by_readout {
         write_csv(&dir.join(format!("readout-{r}.csv")), csv)?;
     }
-    let bars: Vec<(String, f64)> = rows
+    let bars: Vec<plots::Bar> = rows
         .iter()
-        .map(|t| {
-            (
-                format!("{}+{}", t.readout, t.probe),
-                t.test_paired_accuracy.mean,
-            )
+        .map(|t| plots::Bar {
+            readout: t.readout.clone(),
+            probe: t.probe.clone(),
+            mean: t.test_paired_accuracy.mean,
+            std: t.test_paired_accuracy.std,
         })
         .collect();
     plots::bars(
         &dir.join("paired.svg"),
-        &format!("GQA paired accuracy — {spec}"),
+        &format!(
+            "GQA paired accuracy — {}{}",
+            short_label(spec),
+            seeds_note(rows.iter().map(|t| t.seeds.len()))
+        ),
         &bars,
-        None,
-        Some(1.0),
+        &plots::BarAxis {
+            label: "test paired accuracy",
+            reference: None,
+            top: Some(1.0),
+        },
     )?;
     let results = GqaResults {
         model: spec.to_string(),

@@ -195,7 +195,8 @@ pub(super) fn run(
     Ok(Report::Scenes(report::ScenesReport { dir, results }))
 }
 
-/// The recipe of a run with a model, after checking the readouts, probes, seeds and batch.
+/// The recipe of a run with a model, after checking the readouts and probes (the other
+/// options: [`Config::check`]).
 fn checked_recipe(config: &Config, task: Task) -> Result<Recipe> {
     if let Some(r) = config
         .readouts
@@ -206,12 +207,6 @@ fn checked_recipe(config: &Config, task: Task) -> Result<Recipe> {
     }
     let recipe = recipe(config.epochs.unwrap_or(30));
     check_probes(&recipe.heads, &config.probes)?;
-    if config.seeds.is_empty() {
-        bail!("--seeds: at least one seed");
-    }
-    if config.batch == 0 || config.supersample == 0 {
-        bail!("--batch and --supersample must be at least 1");
-    }
     Ok(recipe)
 }
 
@@ -224,8 +219,8 @@ fn input_side(config: &Config, enc: &Encoder) -> Result<usize> {
     }
 }
 
-/// The records of the (readout, probe, seed) grid of `config`, in grid order (a repeated
-/// option value repeats its records).
+/// The records of the (readout, probe, seed) grid of `config`, in grid order (no option
+/// repeats a value: [`Config::check`]).
 fn grid_records<'a>(
     done: &'a BTreeMap<ProbeKey, ProbeRecord>,
     config: &Config,

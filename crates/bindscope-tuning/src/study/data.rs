@@ -81,6 +81,8 @@ pub struct Report {
     pub splits: BTreeMap<String, SplitSize>,
     /// [`SPLIT_RULE`].
     pub split_rule: &'static str,
+    /// Empty evaluation splits ([`split_warnings`]), also printed.
+    pub warnings: Vec<String>,
     /// The data directory.
     #[serde(skip)]
     pub dir: PathBuf,
@@ -164,6 +166,7 @@ fn write(config: &Config, dir: &Path, ctx: &RunContext) -> Result<Report> {
     let rejected_total = write_rejections(dir, &reports)?;
     let splits = split(&kept, config.split_seed);
     let sizes = write_splits(dir, &splits)?;
+    let warnings = split_warnings(&splits);
     let report = Report {
         generator: config.generates().then(|| config.generator.clone()),
         generator_stats,
@@ -172,6 +175,7 @@ fn write(config: &Config, dir: &Path, ctx: &RunContext) -> Result<Report> {
         kept: kept.len(),
         splits: sizes,
         split_rule: SPLIT_RULE,
+        warnings,
         dir: dir.to_path_buf(),
         data: splits,
     };
@@ -189,7 +193,31 @@ fn write(config: &Config, dir: &Path, ctx: &RunContext) -> Result<Report> {
         s.heldout_anaphoric.len(),
         s.heldout_respective.len()
     );
+    for w in &report.warnings {
+        eprintln!("warning: {w}");
+    }
     Ok(report)
+}
+
+/// A warning for each empty evaluation split (`val`, `test`, the two held-out sets): the
+/// split rule cuts each trainable type at ⌊0.8·n⌋ and ⌊0.9·n⌋, so fewer than 10 examples of a
+/// type give it no validation example, and a split can end up empty. Training still runs (it
+/// needs only `train`), but what the empty split would measure is missing.
+pub fn split_warnings(splits: &Splits) -> Vec<String> {
+    splits
+        .named()
+        .iter()
+        .filter(|(name, ex)| *name != "train" && ex.is_empty())
+        .map(|(name, _)| {
+            let why = match *name {
+                "val" | "test" => {
+                    "each trainable construction type puts 10% of its examples there, rounded down: use at least 10 per type (--per-type) or import more rows"
+                }
+                _ => "no example of this deferred-binding type was kept",
+            };
+            format!("the {name} split is empty: {why}")
+        })
+        .collect()
 }
 
 /// Generates the template examples, writes them as generated (`generated.jsonl`) and validates

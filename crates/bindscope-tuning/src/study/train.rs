@@ -71,12 +71,20 @@ impl Config {
     /// Refuses degenerate settings (in the terms of the command line).
     fn check(&self) -> Result<()> {
         let t = &self.train;
-        if t.lora.rank == 0 || t.batch_size == 0 || t.epochs == 0 {
-            bail!("--rank, --batch-size and --epochs must be at least 1");
+        for (flag, v) in [
+            ("--rank", t.lora.rank),
+            ("--batch-size", t.batch_size),
+            ("--epochs", t.epochs),
+            ("--eval-batch", self.eval_batch),
+        ] {
+            if v == 0 {
+                bail!("{flag} must be at least 1 (got 0)");
+            }
         }
-        let alpha = t.lora.alpha;
-        if !(alpha.is_finite() && alpha > 0.0 && t.lr.is_finite() && t.lr > 0.0) {
-            bail!("--lora-alpha and --lr must be positive numbers");
+        for (flag, v) in [("--lora-alpha", t.lora.alpha), ("--lr", t.lr)] {
+            if !(v.is_finite() && v > 0.0) {
+                bail!("{flag} must be a positive number (got {v})");
+            }
         }
         Ok(())
     }
@@ -117,7 +125,8 @@ pub struct Results {
     pub steps: usize,
     /// Trainable (LoRA) parameters.
     pub trainable_params: usize,
-    /// Losses of the last (up to) 10 steps of this invocation.
+    /// Losses of the last (up to) 10 steps of the whole run, in step order, read back from
+    /// `train_log.jsonl` (a resumed run included the steps before its interruption).
     pub final_losses: Vec<f64>,
     /// The base model.
     pub base: Measurement,
@@ -251,7 +260,7 @@ struct Finetuned<M> {
     adapters: HostAdapters,
     trainable: usize,
     total_steps: usize,
-    /// This invocation's losses.
+    /// The losses of every step of the run, in step order ([`run_losses`]).
     losses: Vec<f64>,
 }
 
@@ -276,6 +285,9 @@ impl<'a> Session<'a> {
             bail!(
                 "the train split is empty: nothing to train on (check the data report of `finetune data`)"
             );
+        }
+        for w in data::split_warnings(splits) {
+            eprintln!("warning: {w}");
         }
         let sets = vec![
             ("test", triplets(&splits.test)),
@@ -471,7 +483,7 @@ impl<'a> Session<'a> {
             adapters,
             trainable,
             total_steps,
-            losses,
+            losses: run_losses(&log_path, total_steps, &losses)?,
         }))
     }
 
@@ -537,6 +549,27 @@ impl<'a> Session<'a> {
         eprintln!("wrote {}", self.dir.display());
         Ok(())
     }
+}
+
+/// The loss of every step of a finished run of `total_steps` steps, in step order: the
+/// training log `log` (one [`StepLog`] per step; a resumed run re-did the steps after its
+/// checkpoint, the later line of a step counts), `this_invocation`'s losses (the last steps) as
+/// a fallback when the log is missing.
+///
+/// # Errors
+/// An unreadable log or a line that is not a step record (named by file and line).
+fn run_losses(log: &Path, total_steps: usize, this_invocation: &[f64]) -> Result<Vec<f64>> {
+    let logged: Vec<StepLog> = bindscope_core::run::read_jsonl(log, "training step")?;
+    let mut by_step: BTreeMap<usize, f64> = BTreeMap::new();
+    for l in logged {
+        if (1..=total_steps).contains(&l.step) {
+            by_step.insert(l.step, l.loss);
+        }
+    }
+    if by_step.is_empty() {
+        return Ok(this_invocation.to_vec());
+    }
+    Ok(by_step.into_values().collect())
 }
 
 /// The last `n` items of `v` (all of them when there are fewer).
@@ -609,7 +642,61 @@ mod tests {
         c.train.lr = f64::NAN;
         let e = c.check().unwrap_err().to_string();
         assert!(e.contains("--lr"), "{e}");
+        // Each message names the one flag that is wrong, not a list of candidates.
+        let mut c = config(DataSource::Dir("d".into()));
+        c.train.epochs = 0;
+        let e = c.check().unwrap_err().to_string();
+        assert_eq!(e, "--epochs must be at least 1 (got 0)");
+        let mut c = config(DataSource::Dir("d".into()));
+        c.train.lora.alpha = -1.0;
+        let e = c.check().unwrap_err().to_string();
+        assert_eq!(e, "--lora-alpha must be a positive number (got -1)");
+        let mut c = config(DataSource::Dir("d".into()));
+        c.eval_batch = 0;
+        assert!(
+            c.check()
+                .unwrap_err()
+                .to_string()
+                .starts_with("--eval-batch")
+        );
         assert!(config(DataSource::Dir("d".into())).check().is_ok());
+    }
+
+    /// A resumed run's losses come from the whole log, not from the steps after the resume;
+    /// a step re-done after the checkpoint counts once, with its later loss.
+    #[test]
+    fn final_losses_cover_the_whole_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("train_log.jsonl");
+        let step = |s: usize, loss: f64| StepLog {
+            step: s,
+            loss,
+            triplet_loss: loss,
+            attn_loss: None,
+            batch: 2,
+            seconds: 0.0,
+        };
+        // First invocation: steps 1–4 (stopped); the resume re-does step 4 and runs 5–12.
+        for s in 1..=4 {
+            append_jsonl(&log, &step(s, s as f64)).unwrap();
+        }
+        append_jsonl(&log, &step(4, 40.0)).unwrap();
+        let this: Vec<f64> = (5..=12).map(|s| s as f64).collect();
+        for (i, l) in this.iter().enumerate() {
+            append_jsonl(&log, &step(i + 5, *l)).unwrap();
+        }
+        let all = run_losses(&log, 12, &this).unwrap();
+        assert_eq!(all.len(), 12);
+        assert_eq!(all[3], 40.0);
+        assert_eq!(
+            last(&all, 10),
+            &[3.0, 40.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0, 12.0]
+        );
+        // No log: this invocation's losses.
+        assert_eq!(
+            run_losses(&dir.path().join("none"), 12, &this).unwrap(),
+            this
+        );
     }
 
     #[test]
