@@ -1,10 +1,17 @@
 //! Resolving a model name to the files of a Hugging Face–layout checkpoint.
 //!
-//! A model is named by a Hub id (`openai/clip-vit-base-patch32`) or by a local directory holding
-//! `config.json` and `model.safetensors` (or a sharded `model.safetensors.index.json`), plus the
-//! optional `preprocessor_config.json` and `tokenizer.json`. Ids are looked up in the standard
-//! Hugging Face cache (`HF_HOME`, `HF_HUB_CACHE`) first and downloaded with `hf-hub` when online.
-//! `HF_HUB_OFFLINE=1` forbids downloads.
+//! A model is named by a local directory holding `config.json` and `model.safetensors` (or a
+//! sharded `model.safetensors.index.json`), plus the optional `preprocessor_config.json` and
+//! `tokenizer.json`; or by a Hub id, `org/name` or `org/name@<revision>` (a branch, tag or commit
+//! sha). Hub ids are read from the standard Hugging Face cache, the one Python's
+//! `huggingface_hub` uses (`HF_HUB_CACHE`, else `HF_HOME/hub`, else `~/.cache/huggingface/hub`),
+//! and what the cache lacks is downloaded from `HF_ENDPOINT` (default `https://huggingface.co`)
+//! with `hf-hub`, with the token in `HF_TOKEN` for gated and private repositories;
+//! `HF_HUB_OFFLINE=1` forbids downloads. The details are in [`HubConfig`] and the `hub` module.
+
+mod hub;
+
+pub use hub::{HubConfig, HubId, OPTIONAL_FILES};
 
 use serde::de::DeserializeOwned;
 use sha2::{Digest, Sha256};
@@ -13,11 +20,9 @@ use std::path::{Path, PathBuf};
 /// Why a checkpoint could not be resolved or read.
 #[derive(Debug, thiserror::Error)]
 pub enum CheckpointError {
-    /// Neither a local directory nor a cached / downloadable Hub id.
+    /// A Hub id that is not in the cache and could not be downloaded (offline).
     #[error(
-        "model '{spec}' not found: looked for {files} {where_}.\n  \
-         Pass a local directory in Hugging Face layout (--model /path/to/dir with config.json and \
-         model.safetensors), or download the model once while online (`huggingface-cli download {spec}`)."
+        "model '{spec}' not found: looked for {files} {where_}.\n  {fix}, or pass a local checkpoint directory (--model path/to/dir with config.json and model.safetensors)."
     )]
     NotFound {
         /// The name as given.
@@ -26,6 +31,26 @@ pub enum CheckpointError {
         files: String,
         /// Where they were looked for, and why downloading did not help.
         where_: String,
+        /// How to get the files.
+        fix: String,
+    },
+    /// A name that is a path (or is no Hub id) and names no directory.
+    #[error(
+        "--model {spec}: no such directory ({why}); --model takes a checkpoint directory (with config.json and model.safetensors) or a Hub id org/name[@revision]"
+    )]
+    LocalNotFound {
+        /// The name as given.
+        spec: String,
+        /// What exists of it.
+        why: String,
+    },
+    /// The Hub refused or failed a request; the message says why and what to do.
+    #[error("--model {spec}: {message}")]
+    Hub {
+        /// The name as given.
+        spec: String,
+        /// What happened and what to do, in the user's terms.
+        message: String,
     },
     /// A directory exists but lacks a required file.
     #[error("{dir}: missing {file} (expected a Hugging Face checkpoint directory)")]
@@ -110,25 +135,43 @@ fn shards_from_index(index: &Path) -> Result<Vec<String>, CheckpointError> {
 }
 
 impl Checkpoint {
-    /// Resolves a Hub id or local directory.
+    /// Resolves a Hub id or local directory, with the Hub settings of this process's
+    /// environment ([`HubConfig::from_env`]).
     ///
     /// # Errors
-    /// [`CheckpointError::NotFound`] naming every file and place looked at;
-    /// [`CheckpointError::MissingFile`] when a directory lacks `config.json` or weights.
+    /// As [`Checkpoint::resolve_with`].
     pub fn resolve(spec: &str) -> Result<Self, CheckpointError> {
-        let path = Path::new(spec);
+        Self::resolve_with(spec, &HubConfig::from_env())
+    }
+
+    /// Resolves `spec`: an existing directory is read as a checkpoint directory; a name that
+    /// looks like a path (starts with `.`, `/` or `~`, holds `\`, names an existing file, or has
+    /// more than two `/`-separated parts) and is no directory is an error; anything else is a
+    /// Hub id `org/name[@revision]` resolved through the cache and the Hub as `hub` configures.
+    ///
+    /// # Errors
+    /// [`CheckpointError::LocalNotFound`] for a path that names no directory;
+    /// [`CheckpointError::NotFound`] for a Hub id not in the cache when offline;
+    /// [`CheckpointError::Hub`] when the Hub refuses (unknown repo or revision, gated or private
+    /// repository without access) or a download fails; [`CheckpointError::MissingFile`] when a
+    /// directory lacks `config.json` or weights.
+    pub fn resolve_with(spec: &str, hub: &HubConfig) -> Result<Self, CheckpointError> {
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        let path = hub::expand_home(spec, home.as_deref());
         if path.is_dir() {
-            return Self::from_dir(spec, path);
+            return Self::from_dir(spec, &path);
         }
-        let looks_local = spec.starts_with('.') || spec.starts_with('/') || spec.contains('\\');
-        if looks_local || spec.split('/').count() > 2 || spec.is_empty() {
-            return Err(CheckpointError::NotFound {
+        let looks_local = spec.starts_with(['.', '/', '~'])
+            || spec.contains('\\')
+            || path.exists()
+            || spec.split('@').next().unwrap_or("").split('/').count() > 2;
+        match HubId::parse(spec).filter(|_| !looks_local) {
+            Some(id) => hub::resolve(spec, &id, hub),
+            None => Err(CheckpointError::LocalNotFound {
                 spec: spec.to_string(),
-                files: "a directory".into(),
-                where_: "on disk (no such directory)".into(),
-            });
+                why: local_miss(&path),
+            }),
         }
-        Self::from_hub(spec)
     }
 
     /// Reads a local directory in Hugging Face layout.
@@ -172,85 +215,6 @@ impl Checkpoint {
             weights,
             preprocessor_config: opt("preprocessor_config.json"),
             tokenizer: opt("tokenizer.json"),
-        })
-    }
-
-    fn from_hub(spec: &str) -> Result<Self, CheckpointError> {
-        let cache = hf_hub::Cache::from_env();
-        let repo = cache.model(spec.to_string());
-        let cached = |f: &str| repo.get(f);
-        let offline = std::env::var("HF_HUB_OFFLINE")
-            .is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true"));
-        let files = format!("config.json and {WEIGHTS} (or {INDEX})");
-        let cache_dir = cache
-            .path()
-            .join(format!("models--{}", spec.replace('/', "--")));
-
-        // 1. Everything already in the cache.
-        if let Some(config) = cached("config.json") {
-            let weights = if let Some(w) = cached(WEIGHTS) {
-                Some(vec![w])
-            } else if let Some(idx) = cached(INDEX) {
-                shards_from_index(&idx)?
-                    .iter()
-                    .map(|s| cached(s))
-                    .collect::<Option<Vec<_>>>()
-            } else {
-                None
-            };
-            if let Some(weights) = weights {
-                return Ok(Self {
-                    spec: spec.to_string(),
-                    config,
-                    weights,
-                    preprocessor_config: cached("preprocessor_config.json"),
-                    tokenizer: cached("tokenizer.json"),
-                });
-            }
-        }
-        if offline {
-            return Err(CheckpointError::NotFound {
-                spec: spec.to_string(),
-                files,
-                where_: format!(
-                    "as a local directory (none) and in the Hugging Face cache ({}); HF_HUB_OFFLINE is set, so nothing was downloaded",
-                    cache_dir.display()
-                ),
-            });
-        }
-        // 2. Download through hf-hub.
-        let not_found = |why: String| CheckpointError::NotFound {
-            spec: spec.to_string(),
-            files: files.clone(),
-            where_: format!(
-                "as a local directory (none), in the Hugging Face cache ({}) and on the Hub ({why})",
-                cache_dir.display()
-            ),
-        };
-        let api = hf_hub::api::sync::ApiBuilder::from_env()
-            .with_progress(true)
-            .build()
-            .map_err(|e| not_found(e.to_string()))?;
-        let remote = api.model(spec.to_string());
-        let config = remote
-            .get("config.json")
-            .map_err(|e| not_found(e.to_string()))?;
-        let weights = match remote.get(WEIGHTS) {
-            Ok(w) => vec![w],
-            Err(first) => match remote.get(INDEX) {
-                Ok(idx) => shards_from_index(&idx)?
-                    .iter()
-                    .map(|s| remote.get(s).map_err(|e| not_found(e.to_string())))
-                    .collect::<Result<Vec<_>, _>>()?,
-                Err(_) => return Err(not_found(first.to_string())),
-            },
-        };
-        Ok(Self {
-            spec: spec.to_string(),
-            config,
-            weights,
-            preprocessor_config: remote.get("preprocessor_config.json").ok(),
-            tokenizer: remote.get("tokenizer.json").ok(),
         })
     }
 
@@ -317,6 +281,21 @@ pub fn read_json_file<T: DeserializeOwned>(path: &Path) -> Result<T, CheckpointE
     })
 }
 
+/// What exists of a path that is no directory: "X is a file", or the deepest existing ancestor.
+fn local_miss(path: &Path) -> String {
+    if path.exists() {
+        return format!("{} is a file, not a checkpoint directory", path.display());
+    }
+    let existing = path
+        .ancestors()
+        .skip(1)
+        .find(|a| !a.as_os_str().is_empty() && *a != Path::new(".") && a.is_dir());
+    match existing {
+        Some(a) => format!("{} exists, {} does not", a.display(), path.display()),
+        None => format!("{} does not exist", path.display()),
+    }
+}
+
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -325,33 +304,79 @@ fn hex(bytes: &[u8]) -> String {
 mod tests {
     use super::*;
 
+    fn offline_in(cache: &Path) -> HubConfig {
+        HubConfig {
+            cache: cache.to_path_buf(),
+            endpoint: "http://127.0.0.1:9".into(),
+            offline: true,
+            token: None,
+        }
+    }
+
     #[test]
     fn offline_missing_model_names_files_and_fix() {
-        // SAFETY: tests in this module do not read these variables concurrently elsewhere.
-        unsafe {
-            std::env::set_var("HF_HUB_OFFLINE", "1");
-            std::env::set_var(
-                "HF_HOME",
-                std::env::temp_dir().join("bindscope-empty-hf-home"),
-            );
-        }
-        let err = Checkpoint::resolve("nobody/no-such-model")
+        let cache = tempfile::tempdir().unwrap();
+        let err = Checkpoint::resolve_with("nobody/no-such-model", &offline_in(cache.path()))
             .unwrap_err()
             .to_string();
         assert!(err.contains("config.json"), "{err}");
         assert!(err.contains("HF_HUB_OFFLINE"), "{err}");
-        assert!(err.contains("--model /path/to/dir"), "{err}");
+        assert!(
+            err.contains("huggingface-cli download nobody/no-such-model"),
+            "{err}"
+        );
+        assert!(err.contains("--model path/to/dir"), "{err}");
+        let err = Checkpoint::resolve_with("nobody/m@v2", &offline_in(cache.path()))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("huggingface-cli download nobody/m --revision v2"),
+            "{err}"
+        );
+    }
+
+    /// A name that is a path gets no Hub advice: it says what exists of the path.
+    #[test]
+    fn a_missing_local_path_is_not_sent_to_the_hub() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = offline_in(dir.path());
+        let missing = dir.path().join("dinov2-small");
+        let file = dir.path().join("model.safetensors");
+        std::fs::write(&file, b"").unwrap();
+        for (spec, want) in [
+            (
+                missing.display().to_string(),
+                format!("{} exists", dir.path().display()),
+            ),
+            (
+                "./no-such-dir".to_string(),
+                "no-such-dir does not exist".to_string(),
+            ),
+            (
+                "~/no-such-bindscope-dir".to_string(),
+                "no-such-bindscope-dir".to_string(),
+            ),
+            (file.display().to_string(), "is a file".to_string()),
+            ("a/b/c".to_string(), "does not exist".to_string()),
+        ] {
+            let e = Checkpoint::resolve_with(&spec, &cfg).unwrap_err();
+            let text = e.to_string();
+            assert!(
+                matches!(e, CheckpointError::LocalNotFound { .. }),
+                "{spec}: {text}"
+            );
+            assert!(text.contains(&want), "{spec}: {text}");
+            assert!(!text.contains("huggingface-cli"), "{spec}: {text}");
+        }
     }
 
     #[test]
     fn directory_without_weights_is_named() {
-        let dir = std::env::temp_dir().join(format!("bindscope-ckpt-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("config.json"), "{}").unwrap();
-        let err = Checkpoint::resolve(dir.to_str().unwrap())
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("config.json"), "{}").unwrap();
+        let err = Checkpoint::resolve(dir.path().to_str().unwrap())
             .unwrap_err()
             .to_string();
         assert!(err.contains("model.safetensors"), "{err}");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -3,13 +3,17 @@
 //! What every study needs before it touches a model:
 //! - [`device`]: parse and acquire `--device cpu|cuda[:N]|wgpu[:…]` (or `BURN_DEVICE`) as a burn
 //!   [`Device`](burn::tensor::Device), list the devices a build can use, and give the test suite its device;
-//! - [`checkpoint`]: resolve a Hugging Face id or a local directory in HF layout to its files;
+//! - [`checkpoint`]: resolve a local directory in HF layout or a Hugging Face id
+//!   (`org/name[@revision]`, through the cache Python's `huggingface_hub` shares and the Hub's
+//!   HTTP API, [`HubConfig`](checkpoint::HubConfig)) to its files;
 //! - [`load`]: strict safetensors loading through burn-store, with every missing key, unexpected
 //!   key and shape mismatch reported by name in one error;
 //! - [`fsutil`]: atomic writes (temp file + rename) so no run leaves a partial output;
 //! - [`run`]: run records — run directories chosen by identity, resume logs, provenance (one
 //!   schema), atomic JSON and CSV outputs, the [`RunContext`](run::RunContext) a study runs in,
-//!   progress bars;
+//!   progress (a bar on a terminal, plain lines without one);
+//! - [`sentence`]: a checkpoint's sentence-transformers description (`modules.json`: pooling,
+//!   normalization, maximum length, lowercasing);
 //! - [`options`]: the options several studies share (`Dtype`, `Normalize`);
 //! - [`plot`]: the SVG canvas and palette of every study's plots;
 //! - [`train`]: optimizers with PyTorch's defaults, best-validation selection, seeded batch
@@ -25,6 +29,7 @@ pub mod options;
 pub mod plot;
 pub mod rng;
 pub mod run;
+pub mod sentence;
 pub mod train;
 
 pub use checkpoint::{Checkpoint, CheckpointError};

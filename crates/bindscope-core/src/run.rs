@@ -17,6 +17,7 @@
 //! each study's `study` module defines it. Two runs with equal identities compute the same
 //! numbers, so a second invocation resumes the first.
 
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -62,6 +63,14 @@ pub enum RunError {
         dir: String,
         /// The fields that differ, there vs now.
         difference: String,
+    },
+    /// `--fresh` with an `--out` that already holds a run: a fresh run needs a new directory.
+    #[error(
+        "--fresh: {dir} already holds a run of this configuration; nothing was overwritten: choose another --out for the fresh run, remove {dir}, or leave out --fresh to resume it"
+    )]
+    FreshIntoRun {
+        /// The directory.
+        dir: String,
     },
     /// `--out` names a non-empty directory that is not a run directory.
     #[error("{dir} exists, is not empty and holds no run config.json; nothing was overwritten")]
@@ -250,13 +259,14 @@ impl Output {
 }
 
 /// The run directory for a run with `identity`: `out` if given (empty, or holding a run with
-/// this identity), else the newest `runs/<study>/<name>-*` with this identity (unless `fresh`),
-/// else a new `runs/<study>/<name>-<timestamp>` (with `-2`, `-3`, … when a run started in the
+/// this identity, which `fresh` refuses), else the newest `runs/<study>/<name>-*` with this
+/// identity (unless `fresh`), else a new `runs/<study>/<name>-<timestamp>` (with `-2`, `-3`, … when a run started in the
 /// same second took that name). The identity is compared with the
 /// `"identity"` field of each candidate's `config.json`.
 ///
 /// # Errors
-/// [`RunError::OtherRun`] naming the differing fields, [`RunError::NotARun`], or an I/O error.
+/// [`RunError::OtherRun`] naming the differing fields, [`RunError::NotARun`],
+/// [`RunError::FreshIntoRun`], or an I/O error.
 pub fn run_dir(
     study: &str,
     name: &str,
@@ -278,6 +288,11 @@ pub fn run_dir(
     };
     if let Some(dir) = out {
         match recorded(&dir)? {
+            Some(there) if &there == identity && fresh => {
+                return Err(RunError::FreshIntoRun {
+                    dir: dir.display().to_string(),
+                });
+            }
             Some(there) if &there == identity => return Ok(dir),
             Some(there) => {
                 return Err(RunError::OtherRun {
@@ -562,16 +577,211 @@ pub fn slug(spec: &str) -> String {
         .collect()
 }
 
-/// A progress bar of `len` items named `what`, with items/s and an ETA, drawn on stderr.
-pub fn progress(len: u64, what: &str) -> indicatif::ProgressBar {
-    let pb = indicatif::ProgressBar::new(len);
-    pb.set_style(
-        indicatif::ProgressStyle::with_template(&format!(
-            "{{spinner}} {what} [{{elapsed_precise}}] {{bar:30}} {{pos}}/{{len}} ({{per_sec}}, eta {{eta}})"
-        ))
-        .expect("valid template"),
-    );
-    pb
+/// Progress of `len` items named `what` on stderr: an indicatif bar (items/s, ETA) when stderr
+/// is a terminal, otherwise plain lines ([`Progress`]).
+pub fn progress(len: u64, what: &str) -> Progress {
+    if std::io::stderr().is_terminal() {
+        let pb = indicatif::ProgressBar::new(len);
+        pb.set_style(
+            indicatif::ProgressStyle::with_template(&format!(
+                "{{spinner}} {what} [{{elapsed_precise}}] {{bar:30}} {{pos}}/{{len}} ({{per_sec}}, eta {{eta}}) {{msg}}"
+            ))
+            .expect("valid template"),
+        );
+        Progress {
+            inner: ProgressInner::Bar(pb),
+        }
+    } else {
+        Progress::lines(len, what, Box::new(|l: &str| eprintln!("{l}")))
+    }
+}
+
+/// How often [`Progress`] writes a line when stderr is not a terminal: at most one per this
+/// many seconds, plus the first and the last item.
+pub const PROGRESS_LINE_INTERVAL_S: f64 = 1.0;
+
+/// Progress of a run over items: a bar on a terminal; without one (a log file, a batch job, a
+/// pipe) a plain line per unit of work, at most one a second
+/// ([`PROGRESS_LINE_INTERVAL_S`]), always the first and the last:
+///
+/// ```text
+/// images 3/100 (3%), elapsed 0:01:12, eta 0:38:48
+/// images 100/100 done in 0:40:02
+/// ```
+///
+/// The rate behind the ETA counts only the items done by this process (a resumed run's earlier
+/// items do not shorten it). Methods take `&self`, like indicatif's.
+pub struct Progress {
+    inner: ProgressInner,
+}
+
+enum ProgressInner {
+    Bar(indicatif::ProgressBar),
+    Lines(std::sync::Mutex<Lines>),
+}
+
+type LineSink = Box<dyn FnMut(&str) + Send>;
+
+struct Lines {
+    what: String,
+    len: u64,
+    pos: u64,
+    /// When this process started counting, and the position then.
+    start: std::time::Instant,
+    base: Option<u64>,
+    last_line: Option<std::time::Instant>,
+    last_pos: Option<u64>,
+    message: String,
+    finished: bool,
+    sink: LineSink,
+}
+
+/// `h:mm:ss`.
+fn clock(secs: f64) -> String {
+    let s = secs.max(0.0).round() as u64;
+    format!("{}:{:02}:{:02}", s / 3600, (s / 60) % 60, s % 60)
+}
+
+impl Lines {
+    /// The position is now `new_pos`; `first_base` is where this process starts counting if
+    /// this is the first update (a resumed run's items done before).
+    fn moved(&mut self, new_pos: u64, first_base: u64) {
+        if self.base.is_none() {
+            self.base = Some(first_base);
+            self.start = std::time::Instant::now();
+        }
+        self.pos = new_pos;
+        let due = self
+            .last_line
+            .is_none_or(|t| t.elapsed().as_secs_f64() >= PROGRESS_LINE_INTERVAL_S);
+        let last = self.len > 0 && self.pos >= self.len;
+        if self.pos > 0 && self.last_pos != Some(self.pos) && (due || last) {
+            let line = self.line();
+            (self.sink)(&line);
+            self.last_line = Some(std::time::Instant::now());
+            self.last_pos = Some(self.pos);
+        }
+    }
+
+    fn line(&self) -> String {
+        let elapsed = self.start.elapsed().as_secs_f64();
+        let mut l = if self.len > 0 {
+            format!(
+                "{} {}/{} ({}%), elapsed {}",
+                self.what,
+                self.pos,
+                self.len,
+                self.pos * 100 / self.len,
+                clock(elapsed)
+            )
+        } else {
+            format!("{} {}, elapsed {}", self.what, self.pos, clock(elapsed))
+        };
+        let done_here = self.pos.saturating_sub(self.base.unwrap_or(0));
+        if self.len > self.pos && done_here > 0 {
+            let eta = elapsed / done_here as f64 * (self.len - self.pos) as f64;
+            l.push_str(&format!(", eta {}", clock(eta)));
+        }
+        if !self.message.is_empty() {
+            l.push_str(&format!(" ({})", self.message));
+        }
+        l
+    }
+
+    fn finish(&mut self) {
+        if self.finished {
+            return;
+        }
+        self.finished = true;
+        // Nothing was done by this process: nothing to report.
+        let Some(base) = self.base else { return };
+        if self.pos > base {
+            let line = format!(
+                "{} {}{} done in {}",
+                self.what,
+                self.pos,
+                if self.len > 0 {
+                    format!("/{}", self.len)
+                } else {
+                    String::new()
+                },
+                clock(self.start.elapsed().as_secs_f64())
+            );
+            (self.sink)(&line);
+        }
+    }
+}
+
+impl Progress {
+    /// Progress written as plain lines to `sink` (what [`progress`] does when stderr is not a
+    /// terminal).
+    pub fn lines(len: u64, what: &str, sink: Box<dyn FnMut(&str) + Send>) -> Self {
+        Self {
+            inner: ProgressInner::Lines(std::sync::Mutex::new(Lines {
+                what: what.to_string(),
+                len,
+                pos: 0,
+                start: std::time::Instant::now(),
+                base: None,
+                last_line: None,
+                last_pos: None,
+                message: String::new(),
+                finished: false,
+                sink,
+            })),
+        }
+    }
+
+    fn with_lines(&self, f: impl FnOnce(&mut Lines)) {
+        if let ProgressInner::Lines(l) = &self.inner {
+            let mut guard = l.lock().unwrap_or_else(|p| p.into_inner());
+            f(&mut guard);
+        }
+    }
+
+    /// `n` more items done.
+    pub fn inc(&self, n: u64) {
+        match &self.inner {
+            ProgressInner::Bar(b) => b.inc(n),
+            ProgressInner::Lines(_) => self.with_lines(|l| {
+                let (from, to) = (l.pos, l.pos + n);
+                l.moved(to, from);
+            }),
+        }
+    }
+
+    /// `pos` items done (a resumed run sets the items it found done).
+    pub fn set_position(&self, pos: u64) {
+        match &self.inner {
+            ProgressInner::Bar(b) => b.set_position(pos),
+            ProgressInner::Lines(_) => self.with_lines(|l| l.moved(pos, pos)),
+        }
+    }
+
+    /// The number of items, once known.
+    pub fn set_length(&self, len: u64) {
+        match &self.inner {
+            ProgressInner::Bar(b) => b.set_length(len),
+            ProgressInner::Lines(_) => self.with_lines(|l| l.len = len),
+        }
+    }
+
+    /// A short status shown with the count (e.g. the current loss).
+    pub fn set_message(&self, message: impl Into<String>) {
+        let message = message.into();
+        match &self.inner {
+            ProgressInner::Bar(b) => b.set_message(message),
+            ProgressInner::Lines(_) => self.with_lines(|l| l.message = message),
+        }
+    }
+
+    /// Done: the bar is removed; without a terminal a last line says how long it took.
+    pub fn finish_and_clear(&self) {
+        match &self.inner {
+            ProgressInner::Bar(b) => b.finish_and_clear(),
+            ProgressInner::Lines(_) => self.with_lines(Lines::finish),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -685,6 +895,60 @@ mod tests {
         std::fs::write(dir.path().join("stray"), b"").unwrap();
         let e = run_dir("t", "m", Some(dir.path().to_path_buf()), &id, false).unwrap_err();
         assert!(matches!(e, RunError::NotARun { .. }), "{e}");
+    }
+
+    /// Without a terminal, progress is a line per item (at most one a second, always the
+    /// first and the last), the ETA from this process's rate, and a closing line.
+    #[test]
+    fn progress_without_a_terminal_writes_lines() {
+        let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let sink = lines.clone();
+        let p = Progress::lines(
+            4,
+            "images",
+            Box::new(move |l: &str| sink.lock().unwrap().push(l.to_string())),
+        );
+        p.set_position(1); // resumed: one done before
+        p.inc(1);
+        p.inc(1);
+        p.set_message("loss 0.5");
+        p.inc(1);
+        p.finish_and_clear();
+        drop(p);
+        let lines = lines.lock().unwrap();
+        assert_eq!(lines.len(), 3, "{lines:?}");
+        assert!(
+            lines[0].starts_with("images 1/4 (25%), elapsed 0:00:00"),
+            "{lines:?}"
+        );
+        assert!(!lines[0].contains("eta"), "no rate yet: {lines:?}");
+        assert!(
+            lines[1].starts_with("images 4/4 (100%), elapsed 0:00:00 (loss 0.5)"),
+            "{lines:?}"
+        );
+        assert!(
+            lines[2].starts_with("images 4/4 done in 0:00:00"),
+            "{lines:?}"
+        );
+        assert_eq!(clock(3725.4), "1:02:05");
+        // A fresh run writes no line for nothing done; its first item has a rate.
+        let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let sink = lines.clone();
+        let p = Progress::lines(
+            0,
+            "texts",
+            Box::new(move |l: &str| sink.lock().unwrap().push(l.to_string())),
+        );
+        p.set_position(0);
+        p.set_length(3);
+        p.inc(1);
+        p.finish_and_clear();
+        let lines = lines.lock().unwrap();
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert!(
+            lines[0].starts_with("texts 1/3 (33%), elapsed 0:00:00, eta 0:00:00"),
+            "{lines:?}"
+        );
     }
 
     #[test]
