@@ -10,11 +10,7 @@ mod common;
 use common::root;
 
 fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!(
-        "bindscope-binding-cli-{}-{name}",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_dir_all(&d);
+    let d = common::scratch("binding-cli", name);
     std::fs::create_dir_all(&d).unwrap();
     d
 }

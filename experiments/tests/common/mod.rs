@@ -22,9 +22,12 @@ pub fn fixture(name: &str) -> String {
         .to_string()
 }
 
-/// A fresh (removed, not created) scratch path `bindscope-<tag>-<pid>-<name>` in the temp dir.
+/// A fresh (removed, not created) scratch path `bindscope-<tag>-<pid>-<name>` under Cargo's
+/// per-target scratch directory (`CARGO_TARGET_TMPDIR`, inside `target/`), so test runs leave
+/// nothing in the system's temp dir.
 pub fn scratch(tag: &str, name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("bindscope-{tag}-{}-{name}", std::process::id()));
+    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("bindscope-{tag}-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     d
 }

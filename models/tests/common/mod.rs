@@ -33,7 +33,7 @@ pub fn scratch(
     edit: impl FnOnce(&mut serde_json::Value),
     keep: impl Fn(&str) -> bool,
 ) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
         "bindscope-parity-{}-{}-{tag}",
         name.replace('/', "-"),
         std::process::id()

@@ -1,0 +1,16 @@
+//! The "Fidelity and hardening" checks through the CLI, one test binary (each module is one
+//! area): transparency (`images`), `--dtype keep` and load errors (`dtype`), text and `embed`
+//! hardening (`text`), JER and binding-study validation (`runs`), accepted nonsense and plots
+//! (`checks_plots`), the Hub path, provenance and progress (`hub`), and the checkpoint layouts
+//! transformers 4 and 5 write (`layouts`).
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod checks_plots;
+mod dtype;
+mod hub;
+mod images;
+mod layouts;
+mod runs;
+mod text;
