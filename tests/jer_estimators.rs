@@ -42,16 +42,23 @@ fn input_sketch_matches_torch_jvp_and_finite_differences() {
     let x = r.tensor::<4>("x", &ad);
     let v = r.tensor::<2>("V", &bindscope_core::device::test_device());
     let f = |x: Tensor<4>| vec![m.embed(x, VisionReadout::Summary)];
+    // 1e-4 on the CPU; 3e-4 on a GPU backend, whose f32 products and reductions sum in another
+    // order (wgpu on lavapipe: 1.1e-4 against torch.func.jvp).
+    let tol = if bindscope_core::device::testing_on_accelerator() {
+        3e-4
+    } else {
+        1e-4
+    };
     for chunk in [16, 5] {
         let jv = host(input_sketch(&f, &x, 0, 16, v.clone(), chunk).unwrap());
         let e_jvp = relative_error(&jv, &r.f32("JV").1);
         let e_fd = relative_error(&jv, &r.f32("JV_fd").1);
         assert!(
-            e_jvp <= 1e-4,
+            e_jvp <= tol,
             "J·V vs torch.func.jvp: relative error {e_jvp:e} (chunk {chunk})"
         );
         assert!(
-            e_fd <= 1e-4,
+            e_fd <= tol,
             "J·V vs float64 finite differences: relative error {e_fd:e} (chunk {chunk})"
         );
     }

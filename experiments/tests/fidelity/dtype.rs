@@ -62,6 +62,28 @@ fn to_half(dir: &Path, bf16: bool) {
     std::fs::write(&path, safetensors::serialize(views, None).unwrap()).unwrap();
 }
 
+/// Whether the test device (`BURN_DEVICE`, which the binary reads too) computes in bf16 / f16
+/// (the CPU: both; wgpu on lavapipe: f16 only).
+fn runs_in(bf16: bool) -> bool {
+    let dtype = if bf16 {
+        burn::tensor::DType::BF16
+    } else {
+        burn::tensor::DType::F16
+    };
+    bindscope_core::device::test_device().supports_dtype(dtype)
+}
+
+/// `--dtype keep` on a device without the checkpoint's dtype: refused, naming the fix.
+fn assert_refused(ok: bool, text: &str, dtype: &str) {
+    assert!(!ok, "{text}");
+    assert!(
+        text.contains(&format!("the weights are {dtype} and device"))
+            && text.contains("does not compute in it (use --dtype f32)")
+            && !text.contains("panicked"),
+        "{text}"
+    );
+}
+
 fn info_json(model: &str, extra: &[&str]) -> serde_json::Value {
     let mut args = vec!["info", "--model", model, "--json"];
     args.extend_from_slice(extra);
@@ -74,18 +96,24 @@ fn info_json(model: &str, extra: &[&str]) -> serde_json::Value {
 fn info_reports_the_dtype_the_weights_were_loaded_in() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = fixture_copy("clip", tmp.path());
-    to_half(&dir, true);
+    // bf16 where the device computes in it, else f16 (and bf16 must be refused).
+    let bf16 = runs_in(true);
+    let half = if bf16 { "bfloat16" } else { "float16" };
+    if !bf16 {
+        to_half(&dir, true);
+        let model = dir.display().to_string();
+        let (ok, text) = exec(&["info", "--model", &model, "--dtype", "keep"]);
+        assert_refused(ok, &text, "bfloat16");
+        fixture_copy("clip", tmp.path());
+    }
+    to_half(&dir, bf16);
     let model = dir.display().to_string();
 
     let kept = info_json(&model, &["--dtype", "keep"]);
-    assert_eq!(
-        kept["file_dtypes"],
-        serde_json::json!(["bfloat16"]),
-        "{kept}"
-    );
-    assert_eq!(kept["loaded_dtype"], "bfloat16", "{kept}");
+    assert_eq!(kept["file_dtypes"], serde_json::json!([half]), "{kept}");
+    assert_eq!(kept["loaded_dtype"], half, "{kept}");
     for tower in kept["towers"].as_array().unwrap() {
-        assert_eq!(tower["info"]["dtype"], "bfloat16", "{kept}");
+        assert_eq!(tower["info"]["dtype"], half, "{kept}");
     }
     let cast = info_json(&model, &[]);
     assert_eq!(cast["loaded_dtype"], "float32", "{cast}");
@@ -145,9 +173,35 @@ fn embed_both(model: &str, input: [&str; 2], tmp: &Path) -> (Vec<Vec<f32>>, Vec<
 #[test]
 fn embed_dtype_keep_runs_on_f16_and_bf16_checkpoints() {
     // Tolerance: 16 unit roundoffs of the dtype times max(1, max |embedding|), as
-    // `models/tests/dtype_keep.rs` derives it from transformers' own f16 / bf16 deviation.
-    for (bf16, u) in [(false, 2f32.powi(-11)), (true, 2f32.powi(-8))] {
+    // `models/tests/dtype_keep.rs` derives it from transformers' own f16 / bf16 deviation (4×
+    // on a GPU backend, as there). A dtype the device does not compute in must be refused.
+    let gpu = if bindscope_core::device::testing_on_accelerator() {
+        4.0
+    } else {
+        1.0
+    };
+    for (bf16, u) in [(false, gpu * 2f32.powi(-11)), (true, gpu * 2f32.powi(-8))] {
         let tmp = tempfile::tempdir().unwrap();
+        if !runs_in(bf16) {
+            let clip = clip_with_processor(&tmp.path().join("clip"));
+            to_half(Path::new(&clip), bf16);
+            let out = tmp.path().join("o.jsonl").display().to_string();
+            let src = root().join("tests/fixtures/images/files/gray.png");
+            let (ok, text) = exec(&[
+                "embed",
+                "--model",
+                &clip,
+                "--images",
+                &src.display().to_string(),
+                "--out",
+                &out,
+                "--dtype",
+                "keep",
+            ]);
+            assert_refused(ok, &text, if bf16 { "bfloat16" } else { "float16" });
+            assert!(!Path::new(&out).exists());
+            continue;
+        }
         let images = tmp.path().join("images");
         std::fs::create_dir(&images).unwrap();
         for f in ["gray.png", "rgb16.png", "cmyk.jpg", "palette.png"] {
