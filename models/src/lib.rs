@@ -25,7 +25,11 @@ pub mod attention;
 pub mod bert;
 pub mod clip;
 pub mod dinov2;
+pub mod generate;
+pub mod llama;
 pub mod nn;
+pub mod qwen2;
+pub mod qwen3;
 pub mod registry;
 pub mod siglip;
 pub mod vit;
@@ -289,8 +293,9 @@ pub trait CausalLm: Send + Sync {
     /// - `cache`: one [`attention::KvCache`] per layer ([`CausalLm::new_cache`]).
     ///
     /// # Errors
-    /// [`ModelError::Unsupported`] when `P + T` exceeds `max_position_embeddings`, or when the
-    /// shapes disagree with the model.
+    /// [`ModelError::Unsupported`] when `P + T` exceeds the model's context
+    /// (`max_position_embeddings`, or what a `dynamic` / `yarn` rope scaling extends it to), or
+    /// when the shapes disagree with the model.
     fn forward_causal(
         &self,
         input: LmInput,
@@ -307,9 +312,17 @@ pub trait CausalLm: Send + Sync {
     /// An empty cache: one [`attention::KvCache`] per layer.
     fn new_cache(&self) -> Vec<attention::KvCache>;
 
-    /// Static facts about the model (`input_size` = `[max_position_embeddings, 0]`,
-    /// `embed_dim` = vocabulary size).
+    /// Static facts about the model (`input_size` = `[context, 0]`, the context being
+    /// `max_position_embeddings` or what the rope scaling extends it to, `embed_dim` =
+    /// vocabulary size).
     fn info(&self) -> ModelInfo;
+
+    /// `eos_token_id` of the checkpoint's `config.json` (empty when it has none). Generation
+    /// prefers `generation_config.json`'s ([`generate::GenerationDefaults`]).
+    fn eos_token_ids(&self) -> Vec<u32>;
+
+    /// `pad_token_id` of the checkpoint's `config.json`.
+    fn pad_token_id(&self) -> Option<u32>;
 }
 
 /// Re-initialises every weight matrix / kernel / embedding table (float parameters of rank ≥ 2)

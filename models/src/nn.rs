@@ -150,6 +150,20 @@ pub fn rms_norm(d: usize, eps: f64, device: &Device) -> RmsNorm {
     RmsNormConfig::new(d).with_epsilon(eps).init(device)
 }
 
+/// RMSNorm applied as transformers' `LlamaRMSNorm.forward` computes it: the mean of squares and
+/// the normalisation in f32, the result cast back to the input's dtype, then multiplied by γ
+/// (burn's `RmsNorm::forward` divides in the input's dtype, which differs in f16 / bf16).
+///
+/// # Shapes
+/// `x: [..., d]` → `[..., d]`, `d` = the norm's width.
+pub fn rms_norm_hf<const D: usize>(norm: &RmsNorm, x: Tensor<D>) -> Tensor<D> {
+    let dtype = x.dtype();
+    let xf = to_f32(x);
+    let var = xf.clone().square().mean_dim(D - 1);
+    let normed = xf * (var + norm.epsilon).sqrt().recip();
+    to_dtype(normed, dtype) * norm.gamma.val().unsqueeze()
+}
+
 /// `nn.Embedding(n, d)`, zero-initialised (the table comes from the checkpoint).
 pub fn embedding(n: usize, d: usize, device: &Device) -> Embedding {
     EmbeddingConfig::new(n, d)
@@ -357,6 +371,21 @@ pub fn check_model_type(
     } else {
         Err(ModelError::Unsupported {
             file: ckpt.config.display().to_string(),
+            message: format!("model_type '{found}' is not one of {expected:?}"),
+        })
+    }
+}
+
+/// Checks that the `model_type` a config struct read from `file` is one of `expected`.
+///
+/// # Errors
+/// [`ModelError::Unsupported`] naming both.
+pub fn check_model_type_in(file: &Path, found: &str, expected: &[&str]) -> Result<(), ModelError> {
+    if expected.contains(&found) {
+        Ok(())
+    } else {
+        Err(ModelError::Unsupported {
+            file: file.display().to_string(),
             message: format!("model_type '{found}' is not one of {expected:?}"),
         })
     }

@@ -14,19 +14,27 @@
 //! | `vit_mae` | `ViTMAEModel` | [`crate::vit_mae::ViTMAEModel`] | — |
 //! | `bert` | `BertModel` | — | [`crate::bert::BertModel`] |
 //!
+//! and the decoder language models ([`CausalLm`], the `causal_lm` column):
+//!
+//! | `model_type` | HF class | decoder |
+//! |---|---|---|
+//! | `llama` | `LlamaForCausalLM` | [`crate::llama::LlamaForCausalLM`] |
+//! | `qwen2` | `Qwen2ForCausalLM` | [`crate::qwen2`] (Llama blocks, q/k/v biases) |
+//! | `qwen3` | `Qwen3ForCausalLM` | [`crate::qwen3`] (Llama blocks, per-head q/k norms) |
+//!
 //! A standalone tower is loaded in every key layout transformers 4.x and 5.x write for it (5.x
 //! saves `CLIPVisionModel`, `CLIPTextModel`, `SiglipVisionModel`, `SiglipTextModel` without the
 //! `vision_model.` / `text_model.` prefix), told apart by the keys present
 //! ([`crate::clip::TowerLayout`]).
 //!
 //! The `model_type` strings are the model files' `MODEL_TYPE` constants; a new architecture adds
-//! one row here (and a `causal_lm` loader column when decoders land).
+//! one row here.
 //!
 //! A model loaded onto an autodiff device is frozen ([`burn::module::Module::no_grad`]): its
 //! parameters never collect gradients, so a backward pass costs only the input gradients.
 
-use crate::{ModelError, ModelInfo, TextEncoder, VisionEncoder};
-use crate::{bert, clip, dinov2, siglip, vit, vit_mae};
+use crate::{CausalLm, ModelError, ModelInfo, TextEncoder, VisionEncoder};
+use crate::{bert, clip, dinov2, llama, qwen2, qwen3, siglip, vit, vit_mae};
 use bindscope_core::{Checkpoint, LoadOptions};
 use burn::module::Module;
 use burn::tensor::Device;
@@ -40,6 +48,10 @@ pub type VisionLoader =
 pub type TextLoader =
     fn(&Checkpoint, &Device, &LoadOptions) -> Result<Box<dyn TextEncoder>, ModelError>;
 
+/// Loads a decoder language model from a checkpoint.
+pub type CausalLmLoader =
+    fn(&Checkpoint, &Device, &LoadOptions) -> Result<Box<dyn CausalLm>, ModelError>;
+
 /// One row of the registry: the `model_type`s a Hugging Face class writes and the towers this
 /// crate builds from them.
 #[derive(Debug, Clone, Copy)]
@@ -52,6 +64,8 @@ pub struct Architecture {
     pub vision: Option<VisionLoader>,
     /// The text tower, if the architecture has one.
     pub text: Option<TextLoader>,
+    /// The decoder language model, if the architecture is one.
+    pub causal_lm: Option<CausalLmLoader>,
 }
 
 fn freeze<M: Module>(m: M, device: &Device) -> M {
@@ -62,6 +76,13 @@ fn boxed_vision<M: VisionEncoder + Module + 'static>(
     m: Result<M, ModelError>,
     device: &Device,
 ) -> Result<Box<dyn VisionEncoder>, ModelError> {
+    Ok(Box::new(freeze(m?, device)))
+}
+
+fn boxed_lm<M: CausalLm + Module + 'static>(
+    m: Result<M, ModelError>,
+    device: &Device,
+) -> Result<Box<dyn CausalLm>, ModelError> {
     Ok(Box::new(freeze(m?, device)))
 }
 
@@ -85,60 +106,91 @@ pub const ARCHITECTURES: &[Architecture] = &[
         hf_class: "CLIPModel",
         vision: Some(CLIP_VISION),
         text: Some(CLIP_TEXT),
+        causal_lm: None,
     },
     Architecture {
         model_types: &[clip::VISION_MODEL_TYPE],
         hf_class: "CLIPVisionModelWithProjection / CLIPVisionModel",
         vision: Some(CLIP_VISION),
         text: None,
+        causal_lm: None,
     },
     Architecture {
         model_types: &[clip::TEXT_MODEL_TYPE],
         hf_class: "CLIPTextModelWithProjection / CLIPTextModel",
         vision: None,
         text: Some(CLIP_TEXT),
+        causal_lm: None,
     },
     Architecture {
         model_types: &[siglip::MODEL_TYPE],
         hf_class: "SiglipModel",
         vision: Some(SIGLIP_VISION),
         text: Some(SIGLIP_TEXT),
+        causal_lm: None,
     },
     Architecture {
         model_types: &[siglip::VISION_MODEL_TYPE],
         hf_class: "SiglipVisionModel",
         vision: Some(SIGLIP_VISION),
         text: None,
+        causal_lm: None,
     },
     Architecture {
         model_types: &[siglip::TEXT_MODEL_TYPE],
         hf_class: "SiglipTextModel",
         vision: None,
         text: Some(SIGLIP_TEXT),
+        causal_lm: None,
     },
     Architecture {
         model_types: dinov2::MODEL_TYPES,
         hf_class: "Dinov2Model",
         vision: Some(|c, d, o| boxed_vision(dinov2::Dinov2Model::load(c, d, o), d)),
         text: None,
+        causal_lm: None,
     },
     Architecture {
         model_types: &[vit::MODEL_TYPE],
         hf_class: "ViTModel",
         vision: Some(|c, d, o| boxed_vision(vit::ViTModel::load(c, d, o), d)),
         text: None,
+        causal_lm: None,
     },
     Architecture {
         model_types: &[vit_mae::MODEL_TYPE],
         hf_class: "ViTMAEModel",
         vision: Some(|c, d, o| boxed_vision(vit_mae::ViTMAEModel::load(c, d, o), d)),
         text: None,
+        causal_lm: None,
     },
     Architecture {
         model_types: &[bert::MODEL_TYPE],
         hf_class: "BertModel",
         vision: None,
         text: Some(|c, d, o| boxed_text(bert::BertModel::load(c, d, o), d)),
+        causal_lm: None,
+    },
+    Architecture {
+        model_types: &[llama::MODEL_TYPE],
+        hf_class: "LlamaForCausalLM",
+        vision: None,
+        text: None,
+        causal_lm: Some(|c, d, o| boxed_lm(llama::LlamaForCausalLM::load(c, d, o), d)),
+    },
+    Architecture {
+        model_types: &[qwen2::MODEL_TYPE],
+        hf_class: "Qwen2ForCausalLM",
+        vision: None,
+        text: None,
+        causal_lm: Some(|c, d, o| boxed_lm(qwen2::load(c, d, o), d)),
+    },
+    Architecture {
+        model_types: &[qwen3::MODEL_TYPE],
+        hf_class: "Qwen3ForCausalLM",
+        vision: None,
+        text: None,
+        causal_lm: Some(|c, d, o| boxed_lm(qwen3::load(c, d, o), d)),
     },
 ];
 
@@ -226,6 +278,28 @@ pub fn load_text(
     }
 }
 
+/// Loads the decoder language model of a checkpoint.
+///
+/// # Errors
+/// [`ModelError`] for unreadable configs, unsupported architectures (naming the `model_type`s
+/// that are decoders) or mismatching weights.
+pub fn load_causal_lm(
+    ckpt: &Checkpoint,
+    device: &Device,
+    opts: &LoadOptions,
+) -> Result<Box<dyn CausalLm>, ModelError> {
+    let mt = model_type(ckpt)?;
+    match find(&mt).and_then(|a| a.causal_lm) {
+        Some(load) => load(ckpt, device, opts),
+        None => Err(unsupported(
+            ckpt,
+            &mt,
+            "decoder language model",
+            &supported(|a| a.causal_lm.is_some()),
+        )),
+    }
+}
+
 /// A model opened from a `--model` spec (a Hugging Face id or a local directory), with what a
 /// study records beside it: the resolved checkpoint files and the sha256 of its weights.
 pub struct Opened<M> {
@@ -277,8 +351,27 @@ pub fn open_text(
     })
 }
 
+/// [`open_vision`] for the decoder language model ([`load_causal_lm`]).
+///
+/// # Errors
+/// As [`open_vision`] and [`load_causal_lm`].
+pub fn open_causal_lm(
+    spec: &str,
+    device: &Device,
+    opts: &LoadOptions,
+) -> Result<Opened<Box<dyn CausalLm>>, ModelError> {
+    let checkpoint = Checkpoint::resolve(spec)?;
+    let weights_sha256 = checkpoint.weights_sha256()?;
+    let model = load_causal_lm(&checkpoint, device, opts)?;
+    Ok(Opened {
+        checkpoint,
+        weights_sha256,
+        model,
+    })
+}
+
 /// Loads every tower the checkpoint has and returns `(tower, info)` pairs (`"vision"`,
-/// `"text"`), for `experiments info`.
+/// `"text"`, `"decoder"`), for `experiments info`.
 ///
 /// # Errors
 /// As [`load_vision`] / [`load_text`]; an architecture with neither tower is
@@ -290,7 +383,7 @@ pub fn load_any(
 ) -> Result<Vec<(String, ModelInfo)>, ModelError> {
     let mt = model_type(ckpt)?;
     let Some(arch) = find(&mt) else {
-        return Err(unsupported(ckpt, &mt, "encoder", &supported(|_| true)));
+        return Err(unsupported(ckpt, &mt, "model", &supported(|_| true)));
     };
     let mut out = Vec::new();
     if let Some(load) = arch.vision {
@@ -298,6 +391,9 @@ pub fn load_any(
     }
     if let Some(load) = arch.text {
         out.push(("text".to_string(), load(ckpt, device, opts)?.info()));
+    }
+    if let Some(load) = arch.causal_lm {
+        out.push(("decoder".to_string(), load(ckpt, device, opts)?.info()));
     }
     Ok(out)
 }
