@@ -20,9 +20,37 @@ use std::path::{Path, PathBuf};
 
 use burn::optim::decay::WeightDecayConfig;
 use burn::optim::{AdamConfig, AdamWConfig};
+use burn::prelude::*;
+use burn::tensor::activation::log_softmax;
 use rand::seq::SliceRandom;
 
 use crate::fsutil;
+
+/// The label value left out of [`next_token_cross_entropy`] (PyTorch's `ignore_index`).
+pub const IGNORE_INDEX: i64 = -100;
+
+/// The language-modelling loss of a decoder: the cross-entropy of the logits at position `t`
+/// against the label at `t + 1`, averaged over the targets that are not [`IGNORE_INDEX`]
+/// (transformers' `ForCausalLMLoss` with `labels`, `reduction="mean"`; the logits are
+/// upcast to f32 first, as there). The last position has no target.
+///
+/// # Shapes
+/// `logits: [N, T, V]`, `labels: [N, T]` (ids, or [`IGNORE_INDEX`]) → `[1]`. NaN when every
+/// target is ignored, as torch gives.
+pub fn next_token_cross_entropy(logits: Tensor<3>, labels: Tensor<2, Int>) -> Tensor<1> {
+    let [n, t, v] = logits.dims();
+    let logits = logits.cast(burn::tensor::FloatDType::F32);
+    let logp = log_softmax(logits.slice([0..n, 0..t - 1, 0..v]), 2); // [N, T-1, V]
+    let targets = labels.slice([0..n, 1..t]); // [N, T-1]
+    let keep = targets.clone().not_equal_elem(IGNORE_INDEX);
+    let safe = targets.mask_fill(keep.clone().bool_not(), 0);
+    let picked = logp
+        .gather(2, safe.reshape([n, t - 1, 1]))
+        .reshape([n, t - 1]);
+    let keep = keep.float();
+    let total = (picked * keep.clone()).sum().neg();
+    total / keep.sum()
+}
 
 /// `torch.optim.Adam(params, lr, weight_decay=weight_decay)`: β = (0.9, 0.999), ε = 1e-8, and
 /// L2 weight decay added to the gradient (coupled, as torch's Adam does) when `weight_decay > 0`.

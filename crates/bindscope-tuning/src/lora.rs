@@ -320,7 +320,17 @@ fn host(t: Tensor<2>) -> Vec<f32> {
 /// # Errors
 /// When the target regex selects no weight.
 pub fn apply_lora<M: TunableText>(model: M, cfg: &LoraConfig) -> Result<M, String> {
-    let group = ParamGroup::from_regex(M::lora_targets()).map_err(|e| format!("{e:?}"))?;
+    apply_lora_to(model, cfg, M::lora_targets())
+}
+
+/// [`apply_lora`] on the weights of any module whose paths match `targets` (a regex over
+/// parameter paths, e.g. `r"self_attn\.(q_proj|v_proj)\.weight$"` for a decoder LM's query and
+/// value projections), everything else frozen; same initialisation and parameter ids.
+///
+/// # Errors
+/// When `targets` is not a valid regex or selects no weight.
+pub fn apply_lora_to<M: Module>(model: M, cfg: &LoraConfig, targets: &str) -> Result<M, String> {
+    let group = ParamGroup::from_regex(targets).map_err(|e| format!("{e:?}"))?;
     let model = model.apply_lora(Lora::new(cfg.rank, cfg.alpha).set_param_group(group));
     let mut rng = bindscope_saber::generate::Rng::new(cfg.seed, 0x10_4a);
     let mut count = 0usize;
@@ -347,10 +357,7 @@ pub fn apply_lora<M: TunableText>(model: M, cfg: &LoraConfig) -> Result<M, Strin
         },
     });
     if count == 0 {
-        return Err(format!(
-            "no weight matches the LoRA targets {}",
-            M::lora_targets()
-        ));
+        return Err(format!("no weight matches the LoRA targets {targets}"));
     }
     Ok(model)
 }
