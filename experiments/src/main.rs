@@ -16,6 +16,7 @@ mod correlate;
 mod embed;
 mod finetune;
 mod foveated;
+mod generate;
 mod geometry;
 mod info;
 mod jer;
@@ -47,6 +48,9 @@ enum Command {
     Info(info::InfoArgs),
     /// Embed images or texts to .jsonl or .safetensors.
     Embed(embed::EmbedArgs),
+    /// Text from a decoder language model (Llama, Qwen2, Qwen3): greedy or seeded sampling,
+    /// chat templates, batches.
+    Generate(generate::GenerateArgs),
     /// Textual attribute–object binding finetuning: triplet data, LoRA, LiNeS, PEFT export.
     Finetune(finetune::FinetuneArgs),
     // Its about text and the study design shown by `foveated --help` are `FoveatedArgs`' docs.
@@ -97,6 +101,7 @@ fn main() {
             Command::Jer(a) => jer::run(a, &ctx),
             Command::Info(a) => info::run(a, &device, &spec),
             Command::Embed(a) => embed::run(a, &device),
+            Command::Generate(a) => generate::run(a, &device),
             Command::Finetune(a) => finetune::run(a, &ctx),
             Command::Foveated(a) => foveated::run(a, &ctx),
             Command::Binding(a) => binding::run_binding_cmd(a, &ctx),

@@ -8,5 +8,6 @@
 //!   leading byte-order mark removed).
 
 pub mod image;
+pub mod lm;
 pub mod text;
 pub mod textfile;
