@@ -451,3 +451,68 @@ fn keep_dtype_refuses_a_dtype_the_device_does_not_compute_in() {
         }
     }
 }
+
+#[test]
+fn decoders_compute_in_f16_and_bf16_and_generate_through_the_cache() {
+    use bindscope_models::generate::{GenerateOptions, generate};
+    use bindscope_models::{LmInput, registry::load_causal_lm};
+    let d = device();
+    for fx in ["llama_tied", "qwen2", "qwen3"] {
+        let r = Reference::open(fx);
+        for dtype in halves() {
+            let dir = converted(fx, dtype);
+            let model = load_causal_lm(&checkpoint(dir.path()), &d, &keep()).unwrap();
+            assert_eq!(model.info().dtype, name(dtype), "{fx}");
+            // Row 0 of the fixture's batch has no padding: its logits at every position.
+            let ids = r.int_tensor::<2>("input_ids", &d);
+            let [_, t] = ids.dims();
+            let mut cache = model.new_cache();
+            let out = model
+                .forward_causal(
+                    LmInput::Ids(ids.slice([0..1, 0..t])),
+                    None,
+                    None,
+                    &mut cache,
+                    ForwardOptions::all(),
+                )
+                .unwrap();
+            assert_eq!(out.logits.dtype(), DType::F32, "{fx}: logits in f32");
+            for h in out.hidden_states.as_ref().unwrap() {
+                assert_eq!(h.dtype(), DType::F32);
+            }
+            let (shape, want) = r.f32("logits");
+            let v = shape[2];
+            let got = out
+                .logits
+                .into_data()
+                .convert::<f32>()
+                .try_to_vec::<f32>()
+                .unwrap();
+            let want = &want[..t * v]; // row 0
+            let scale = want.iter().map(|x| x.abs()).fold(0f32, f32::max);
+            let worst = got
+                .iter()
+                .zip(want)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0f32, f32::max);
+            let bound = tol(dtype, scale);
+            println!(
+                "{fx} {}: logits max abs {worst:.2e} (bound {bound:.2e})",
+                name(dtype)
+            );
+            assert!(
+                worst <= bound,
+                "{fx} {}: logits max abs {worst:e}",
+                name(dtype)
+            );
+            // Generation runs in the half dtype through the cache.
+            let opts = GenerateOptions {
+                max_new_tokens: 5,
+                ignore_eos: true,
+                ..GenerateOptions::default()
+            };
+            let g = generate(model.as_ref(), &[vec![5, 6, 7]], &opts, &d).unwrap();
+            assert_eq!(g[0].generated_ids.len(), 5);
+        }
+    }
+}

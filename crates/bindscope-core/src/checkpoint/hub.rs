@@ -22,13 +22,16 @@ use std::time::Instant;
 pub const DEFAULT_ENDPOINT: &str = "https://huggingface.co";
 
 /// Files read beside `config.json` and the weights when a checkpoint has them: the image
-/// processor, the tokenizer, and the sentence-transformers module list and settings (plus, once
+/// processor, the tokenizer, a decoder's generation defaults and chat template, and the
+/// sentence-transformers module list and settings (plus, once
 /// `modules.json` is known, each module's `<path>/config.json`).
 pub const OPTIONAL_FILES: &[&str] = &[
     "preprocessor_config.json",
     "tokenizer.json",
     "tokenizer_config.json",
     "special_tokens_map.json",
+    "generation_config.json",
+    "chat_template.jinja",
     "modules.json",
     "sentence_bert_config.json",
     "config_sentence_transformers.json",
