@@ -1,6 +1,7 @@
 //! # bindscope-models
 //!
-//! Native burn implementations of the encoders bindscope studies, one file per architecture,
+//! Native burn implementations of the encoders bindscope studies and of the decoder language
+//! models that read embeddings out, one file per architecture,
 //! with module paths that mirror the Hugging Face checkpoint keys and config structs that
 //! deserialize the checkpoint's own `config.json`:
 //!
@@ -12,10 +13,14 @@
 //! | [`vit`] | generic ViT (DINO v1 checkpoints) | `ViTModel` |
 //! | [`vit_mae`] | ViT-MAE encoder, masking off | `ViTMAEModel` |
 //! | [`bert`] | BERT encoder, sentence-transformers mean pooling | `BertModel` |
+//! | [`llama`] | Llama decoder (the blocks Qwen2 / Qwen3 share), tied or untied head | `LlamaForCausalLM` |
+//! | [`qwen2`] | Llama blocks with q/k/v biases | `Qwen2ForCausalLM` |
+//! | [`qwen3`] | Llama blocks with per-head q/k RMSNorm | `Qwen3ForCausalLM` |
 //!
-//! Every vision model implements [`VisionEncoder`], every text model [`TextEncoder`], and a
-//! decoder language model will implement [`CausalLm`]; [`registry`] builds the right one from a
-//! checkpoint's `config.json` (`model_type`, one table row per architecture).
+//! Every vision model implements [`VisionEncoder`], every text model [`TextEncoder`], every
+//! decoder language model [`CausalLm`] ([`generate`] decodes with one and renders chat
+//! templates); [`registry`] builds the right one from a checkpoint's `config.json`
+//! (`model_type`, one table row per architecture).
 //!
 //! What the architectures share is the kernel: [`nn`] (activations, layer builders,
 //! position-embedding resampling, pooling, load helpers) and [`attention`] (heads, masks,

@@ -8,9 +8,11 @@
 //! left-padded batch with transformers' position ids (compared where the attention mask is 1:
 //! transformers' values at padded query positions are not meaningful), ≤ 1e-4 max abs;
 //! `inputs_embeds` equal to the embedded ids gives the same logits; 20 greedy tokens equal
-//! transformers' `generate` (`min_new_tokens=20`, so the EOS ids are suppressed as there) with the
-//! cache and with a full re-forward each step, their per-step logits ≤ 1e-4; a left-padded batch of three prompts equals transformers' batched `generate`
-//! and each prompt generated alone.
+//! transformers' `generate` (`min_new_tokens=20`, so the EOS ids are suppressed as there) with
+//! the cache and with a full re-forward each step (dynamic NTK: the cache only, see the test),
+//! their per-step logits ≤ 1e-4; a left-padded batch of three prompts equals transformers'
+//! batched `generate` and each prompt generated alone; a sharded checkpoint (index + two shards)
+//! loads to the same model; bad inputs and configs are refused naming what is wrong.
 
 mod common;
 
@@ -414,4 +416,64 @@ fn tied_checkpoints_have_no_lm_head_and_count_the_embedding_once() {
     assert_eq!(info.num_params, stored);
     assert_eq!(untied.info().model_type, "llama");
     let _ = dev;
+}
+
+#[test]
+fn a_sharded_checkpoint_loads_to_the_same_model() {
+    // model.safetensors split in two shards named by model.safetensors.index.json.
+    let dev = device();
+    let src = fixture("llama");
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("bindscope-sharded-llama-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(src.join("config.json"), dir.join("config.json")).unwrap();
+    let bytes = std::fs::read(src.join("model.safetensors")).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let mut names: Vec<String> = st.names().into_iter().map(str::to_string).collect();
+    names.sort();
+    let (a, b) = names.split_at(names.len() / 2);
+    let mut weight_map = serde_json::Map::new();
+    for (i, part) in [a, b].into_iter().enumerate() {
+        let file = format!("model-0000{}-of-00002.safetensors", i + 1);
+        let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = part
+            .iter()
+            .map(|k| (k.clone(), st.tensor(k).unwrap()))
+            .collect();
+        std::fs::write(
+            dir.join(&file),
+            safetensors::serialize(views, None).unwrap(),
+        )
+        .unwrap();
+        for k in part {
+            weight_map.insert(k.clone(), file.clone().into());
+        }
+    }
+    std::fs::write(
+        dir.join("model.safetensors.index.json"),
+        serde_json::json!({"metadata": {}, "weight_map": weight_map}).to_string(),
+    )
+    .unwrap();
+    let sharded =
+        registry::load_causal_lm(&checkpoint(&dir), &dev, &LoadOptions::default()).unwrap();
+    let whole = load("llama");
+    let r = Reference::open("llama");
+    let logits = |m: &dyn CausalLm| {
+        let mut cache = m.new_cache();
+        m.forward_causal(
+            LmInput::Ids(r.int_tensor::<2>("greedy_prompt", &dev)),
+            None,
+            None,
+            &mut cache,
+            ForwardOptions::default(),
+        )
+        .unwrap()
+        .logits
+    };
+    let d = (logits(sharded.as_ref()) - logits(whole.as_ref()))
+        .abs()
+        .max()
+        .into_scalar::<f32>();
+    assert_eq!(d, 0.0);
+    let _ = std::fs::remove_dir_all(&dir);
 }
