@@ -421,11 +421,15 @@ fn decode_loop(
     let mut finished = vec![false; n];
     let mut fed: Vec<Vec<i64>> = vec![Vec::new(); n]; // tokens fed after the prefix, per row
 
+    // Without padding the mask and positions are the defaults (all ones, `P..P + T`): passing
+    // none lets the model skip building the padding bias in every layer.
+    let padded = mask.contains(&0);
+    let ints = |v: Vec<i64>, shape: [usize; 2]| padded.then(|| int2(v, shape, device));
     let mut cache: Vec<KvCache> = model.new_cache();
     let first = model.forward_causal(
         prefix.clone(),
-        Some(int2(mask.clone(), [n, p], device)),
-        Some(int2(pos.clone(), [n, p], device)),
+        ints(mask.clone(), [n, p]),
+        ints(pos.clone(), [n, p]),
         &mut cache,
         ForwardOptions::default(),
     )?;
@@ -488,8 +492,8 @@ fn decode_loop(
         let res = if opts.use_cache {
             model.forward_causal(
                 LmInput::Ids(step_ids),
-                Some(int2(mask.clone(), [n, width], device)),
-                Some(int2(step_pos, [n, 1], device)),
+                ints(mask.clone(), [n, width]),
+                ints(step_pos, [n, 1]),
                 &mut cache,
                 ForwardOptions::default(),
             )?
@@ -512,8 +516,8 @@ fn decode_loop(
             let mut fresh = model.new_cache();
             model.forward_causal(
                 full,
-                Some(int2(mask.clone(), [n, width], device)),
-                Some(int2(all_pos, [n, width], device)),
+                ints(mask.clone(), [n, width]),
+                ints(all_pos, [n, width]),
                 &mut fresh,
                 ForwardOptions::default(),
             )?
