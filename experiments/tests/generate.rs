@@ -290,20 +290,17 @@ fn bad_input_is_refused_with_the_reason_and_no_output() {
         "--temperature must be positive",
     );
     refused(&run(&[]), "no prompt");
-    // Longer than the context (max_position_embeddings 64), alone or with the new tokens.
+    // Longer than the context (max_position_embeddings 64), or filling it.
     let long = (0..70)
         .map(|i| format!("w{}", 5 + i))
         .collect::<Vec<_>>()
         .join(" ");
     refused(&run(&["--prompt", &long]), "context");
-    let medium = (0..60)
+    let exact = (0..64)
         .map(|i| format!("w{}", 5 + i))
         .collect::<Vec<_>>()
         .join(" ");
-    refused(
-        &run(&["--prompt", &medium, "--max-new-tokens", "10"]),
-        "--max-new-tokens 10",
-    );
+    refused(&run(&["--prompt", &exact]), "leaves no room");
     // A prompts file that is not UTF-8: the line and column.
     let bad = dir.join("latin1.txt");
     std::fs::write(&bad, b"w5 w6\nw7 caf\xe9\n").unwrap();
@@ -331,7 +328,7 @@ fn bad_input_is_refused_with_the_reason_and_no_output() {
     let mistral = edit("mistral", &|v| v["model_type"] = "mistral".into());
     refused(
         &experiments(&["generate", "--model", &s(&mistral), "--prompt", "w5"]),
-        "model_type 'mistral' has no decoder language model here (supported: llama, qwen2, qwen3)",
+        "model_type 'mistral' is not a decoder language model (generate takes llama, qwen2, qwen3)",
     );
     let longrope =
         edit(
@@ -345,6 +342,139 @@ fn bad_input_is_refused_with_the_reason_and_no_output() {
         &experiments(&["generate", "--model", &s(&longrope), "--prompt", "w5"]),
         "rope type 'longrope' is not supported",
     );
+}
+
+#[test]
+fn the_context_bounds_the_new_tokens_with_a_note() {
+    let dir = checkpoint("context", false);
+    let medium = (0..60)
+        .map(|i| format!("w{}", 5 + i))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let o = experiments(&[
+        "generate",
+        "--model",
+        &s(&dir),
+        "--prompt",
+        &medium,
+        "--max-new-tokens",
+        "10",
+        "--ignore-eos",
+        "--json",
+    ]);
+    let v = json_lines(&o);
+    assert_eq!(v[0]["generated_ids"].as_array().unwrap().len(), 4);
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("at most 4 new tokens"),
+        "{}",
+        text(&o)
+    );
+}
+
+#[test]
+fn generation_config_sampling_settings_apply_as_in_transformers() {
+    // top_k 1 from generation_config.json: sampling at any temperature is greedy decoding.
+    let dir = checkpoint("gencfg", false);
+    let p = dir.join("generation_config.json");
+    let mut g: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+    g["do_sample"] = true.into();
+    g["top_k"] = 1.into();
+    g["temperature"] = 0.6.into();
+    std::fs::write(&p, g.to_string()).unwrap();
+    let d = s(&dir);
+    let args = [
+        "--model",
+        &d,
+        "--prompt",
+        "w7 w8 w9",
+        "--max-new-tokens",
+        "12",
+        "--ignore-eos",
+        "--json",
+    ];
+    let greedy = experiments(&[&["generate"], &args[..]].concat());
+    assert!(
+        String::from_utf8_lossy(&greedy.stderr).contains("decoding greedily"),
+        "{}",
+        text(&greedy)
+    );
+    let sample = |extra: &[&str]| {
+        let o = experiments(
+            &[
+                &["generate", "--temperature", "5", "--seed", "9"],
+                extra,
+                &args[..],
+            ]
+            .concat(),
+        );
+        json_lines(&o)[0]["generated_ids"].clone()
+    };
+    let want = json_lines(&greedy)[0]["generated_ids"].clone();
+    assert_eq!(sample(&[]), want);
+    // --top-k overrides the file.
+    assert_ne!(sample(&["--top-k", "0"]), want);
+    // A malformed field is named.
+    g["eos_token_id"] = "2".into();
+    std::fs::write(&p, g.to_string()).unwrap();
+    refused(
+        &experiments(&[&["generate"], &args[..]].concat()),
+        "generation_config.json: eos_token_id must be a token id",
+    );
+}
+
+#[test]
+fn several_prompts_print_as_numbered_blocks() {
+    let dir = checkpoint("blocks", false);
+    let o = experiments(&[
+        "generate",
+        "--model",
+        &s(&dir),
+        "--prompt",
+        "w7",
+        "--prompt",
+        "w8 w9",
+        "--max-new-tokens",
+        "3",
+        "--ignore-eos",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 4, "{out}");
+    assert_eq!(lines[0], "== prompt 1 ==");
+    assert_eq!(lines[2], "== prompt 2 ==");
+}
+
+#[test]
+fn python_booleans_are_template_booleans() {
+    // A template that prints the variable's type through its truth value.
+    let dir = checkpoint("pybool", true);
+    let p = dir.join("tokenizer_config.json");
+    let mut c: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+    c["chat_template"] = "{% if flag %}w20{% else %}w21{% endif %}".into();
+    std::fs::write(&p, c.to_string()).unwrap();
+    let d = s(&dir);
+    let ids = |v: &str| {
+        let o = experiments(&[
+            "generate",
+            "--model",
+            &d,
+            "--chat",
+            "--prompt",
+            "w5",
+            "--template-var",
+            v,
+            "--max-new-tokens",
+            "1",
+            "--json",
+        ]);
+        json_lines(&o)[0]["prompt_ids"].clone()
+    };
+    assert_eq!(ids("flag=False"), serde_json::json!([21]));
+    assert_eq!(ids("flag=True"), serde_json::json!([20]));
+    assert_eq!(ids("flag=false"), serde_json::json!([21]));
 }
 
 #[test]

@@ -477,3 +477,40 @@ fn a_sharded_checkpoint_loads_to_the_same_model() {
     assert_eq!(d, 0.0);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn repetition_penalty_decodes_as_transformers() {
+    // transformers' greedy `generate` with `repetition_penalty` (> 1 and < 1) and
+    // `min_new_tokens` on one unpadded prompt (`tests/fixtures/gen/decoder_processors.py`).
+    let dev = device();
+    let r = Reference::open("decoder_processors");
+    for name in ["llama", "qwen3"] {
+        let model = load(name);
+        let prompt = ids_of(&r, &format!("{name}.prompt"));
+        let want = ids_of(&r, &format!("{name}.generated"));
+        let (_, penalty) = r.f32(&format!("{name}.repetition_penalty"));
+        let opts = GenerateOptions {
+            max_new_tokens: 24,
+            min_new_tokens: 24,
+            eos_token_ids: eos(name),
+            repetition_penalty: penalty[0] as f64,
+            ..GenerateOptions::default()
+        };
+        let g = generate(model.as_ref(), &prompt, &opts, &dev).unwrap();
+        assert_eq!(
+            g[0].generated_ids, want[0],
+            "{name}: penalty {}",
+            penalty[0]
+        );
+        // The penalty changes the tokens (the test can fail).
+        let plain = GenerateOptions {
+            repetition_penalty: 1.0,
+            ..opts
+        };
+        let g1 = generate(model.as_ref(), &prompt, &plain, &dev).unwrap();
+        assert_ne!(
+            g1[0].generated_ids, want[0],
+            "{name}: penalty without effect"
+        );
+    }
+}

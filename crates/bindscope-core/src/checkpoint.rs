@@ -275,9 +275,19 @@ pub fn read_json_file<T: DeserializeOwned>(path: &Path) -> Result<T, CheckpointE
         path: path.to_path_buf(),
         source,
     })?;
-    serde_json::from_str(&text).map_err(|e| CheckpointError::BadJson {
-        path: path.to_path_buf(),
-        message: e.to_string(),
+    let de = &mut serde_json::Deserializer::from_str(&text);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        // The field's path (`rope_parameters.factor`) first, when the error is inside one.
+        let field = e.path().to_string();
+        let inner = e.into_inner();
+        CheckpointError::BadJson {
+            path: path.to_path_buf(),
+            message: if field.is_empty() || field == "." {
+                inner.to_string()
+            } else {
+                format!("{field}: {inner}")
+            },
+        }
     })
 }
 

@@ -80,6 +80,12 @@ pub struct GenerateOptions {
     pub sampling: Option<Sampling>,
     /// Record the `top_logits` highest `(id, logit)` pairs of every step (0 = none).
     pub top_logits: usize,
+    /// Penalty of the ids already in the row (its prompt and what it generated): a positive
+    /// logit is divided by it, a negative one multiplied (transformers'
+    /// `RepetitionPenaltyLogitsProcessor`, Keskar et al. 2019, CTRL, eq. 1); 1 = off.
+    /// transformers also penalises the pad ids of a left-padded row; this does not, so a batch
+    /// still equals its prompts one by one.
+    pub repetition_penalty: f64,
     /// Decode through the KV cache (true) or re-run every position each step (false).
     pub use_cache: bool,
 }
@@ -94,6 +100,7 @@ impl Default for GenerateOptions {
             pad_token_id: 0,
             sampling: None,
             top_logits: 0,
+            repetition_penalty: 1.0,
             use_cache: true,
         }
     }
@@ -112,10 +119,9 @@ pub struct Generation {
     pub top_logits: Vec<Vec<(u32, f32)>>,
 }
 
-/// The ids generation stops on and pads with, as transformers reads them: `generation_config.json`
-/// when the checkpoint has one (its `eos_token_id`, `pad_token_id`, `bos_token_id`), else
-/// `config.json`'s.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// What a checkpoint says about generating, as transformers reads it: `generation_config.json`
+/// when the checkpoint has one, else `config.json`, field by field.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct GenerationDefaults {
     /// `eos_token_id` (a list allowed).
     pub eos_token_ids: Vec<u32>,
@@ -123,16 +129,47 @@ pub struct GenerationDefaults {
     pub pad_token_id: Option<u32>,
     /// `bos_token_id`.
     pub bos_token_id: Option<u32>,
+    /// `do_sample` (transformers samples by default when true).
+    pub do_sample: Option<bool>,
+    /// `temperature`.
+    pub temperature: Option<f64>,
+    /// `top_k` (transformers' default when absent: 50).
+    pub top_k: Option<usize>,
+    /// `top_p` (default 1).
+    pub top_p: Option<f64>,
+    /// `repetition_penalty` (default 1: none).
+    pub repetition_penalty: Option<f64>,
 }
 
-fn ids_field(v: &serde_json::Value, key: &str) -> Option<Vec<u32>> {
-    match v.get(key)? {
-        serde_json::Value::Number(n) => n.as_u64().map(|i| vec![i as u32]),
-        serde_json::Value::Array(a) => a
-            .iter()
-            .map(|x| x.as_u64().map(|i| i as u32))
-            .collect::<Option<Vec<_>>>(),
-        _ => None,
+/// `v[key]` as token ids (one or a list), `None` when absent or null.
+fn ids_field(v: &serde_json::Value, key: &str, file: &Path) -> Result<Option<Vec<u32>>, String> {
+    let bad = || {
+        format!(
+            "{}: {key} must be a token id or a list of token ids, got {}",
+            file.display(),
+            v[key]
+        )
+    };
+    let id = |x: &serde_json::Value| {
+        x.as_u64()
+            .and_then(|i| u32::try_from(i).ok())
+            .ok_or_else(bad)
+    };
+    match v.get(key) {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(serde_json::Value::Array(a)) => a.iter().map(id).collect::<Result<_, _>>().map(Some),
+        Some(x) => id(x).map(|i| Some(vec![i])),
+    }
+}
+
+/// `v[key]` as a number, `None` when absent or null.
+fn number_field(v: &serde_json::Value, key: &str, file: &Path) -> Result<Option<f64>, String> {
+    match v.get(key) {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(x) => x
+            .as_f64()
+            .map(Some)
+            .ok_or_else(|| format!("{}: {key} must be a number, got {x}", file.display())),
     }
 }
 
@@ -141,7 +178,9 @@ impl GenerationDefaults {
     /// field to `config` (`config.json`).
     ///
     /// # Errors
-    /// A message naming `generation_config.json` when it exists but is not valid JSON.
+    /// A message naming the file (and the key) when a file exists but is not valid JSON, or a
+    /// field has the wrong type (an `eos_token_id` that is a string, a `top_p` that is not a
+    /// number).
     pub fn read(config: &Path) -> Result<Self, String> {
         let read = |p: &Path| -> Result<Option<serde_json::Value>, String> {
             if !p.is_file() {
@@ -153,18 +192,50 @@ impl GenerationDefaults {
                 .map_err(|e| format!("{}: not valid JSON: {e}", p.display()))
         };
         let dir = config.parent().unwrap_or(Path::new("."));
-        let gen_cfg = read(&dir.join("generation_config.json"))?;
-        let cfg = read(config)?;
-        let field = |key: &str| -> Option<Vec<u32>> {
-            gen_cfg
-                .as_ref()
-                .and_then(|g| ids_field(g, key))
-                .or_else(|| cfg.as_ref().and_then(|c| ids_field(c, key)))
+        let gen_path = dir.join("generation_config.json");
+        let files: Vec<(serde_json::Value, &Path)> = [
+            read(&gen_path)?.map(|v| (v, gen_path.as_path())),
+            read(config)?.map(|v| (v, config)),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let ids = |key: &str| -> Result<Option<Vec<u32>>, String> {
+            for (v, f) in &files {
+                if let Some(ids) = ids_field(v, key, f)? {
+                    return Ok(Some(ids));
+                }
+            }
+            Ok(None)
+        };
+        // Sampling settings live in generation_config.json only (transformers 5 no longer reads
+        // them from config.json).
+        let gen_only = files.first().filter(|(_, f)| *f == gen_path.as_path());
+        let num = |key: &str| -> Result<Option<f64>, String> {
+            match gen_only {
+                Some((v, f)) => number_field(v, key, f),
+                None => Ok(None),
+            }
+        };
+        let do_sample = match gen_only.and_then(|(v, _)| v.get("do_sample")) {
+            None | Some(serde_json::Value::Null) => None,
+            Some(serde_json::Value::Bool(b)) => Some(*b),
+            Some(x) => {
+                return Err(format!(
+                    "{}: do_sample must be true or false, got {x}",
+                    gen_path.display()
+                ));
+            }
         };
         Ok(Self {
-            eos_token_ids: field("eos_token_id").unwrap_or_default(),
-            pad_token_id: field("pad_token_id").and_then(|v| v.first().copied()),
-            bos_token_id: field("bos_token_id").and_then(|v| v.first().copied()),
+            eos_token_ids: ids("eos_token_id")?.unwrap_or_default(),
+            pad_token_id: ids("pad_token_id")?.and_then(|v| v.first().copied()),
+            bos_token_id: ids("bos_token_id")?.and_then(|v| v.first().copied()),
+            do_sample,
+            temperature: num("temperature")?,
+            top_k: num("top_k")?.map(|k| k.max(0.0) as usize),
+            top_p: num("top_p")?,
+            repetition_penalty: num("repetition_penalty")?,
         })
     }
 }
@@ -289,7 +360,14 @@ fn validate(
             "the prompt has {prompt_len} tokens; the model's context (max_position_embeddings) is {context}"
         )));
     }
-    if (opts.pad_token_id as usize) >= info.embed_dim {
+    if !(opts.repetition_penalty > 0.0 && opts.repetition_penalty.is_finite()) {
+        return Err(GenerateError::Invalid(format!(
+            "repetition_penalty must be positive, got {}",
+            opts.repetition_penalty
+        )));
+    }
+    // The pad id is fed only to a batch (left padding, finished rows).
+    if n > 1 && (opts.pad_token_id as usize) >= info.embed_dim {
         return Err(GenerateError::Invalid(format!(
             "pad_token_id {} is outside the vocabulary ({} ids)",
             opts.pad_token_id, info.embed_dim
@@ -320,7 +398,10 @@ pub fn generate(
 ) -> Result<Vec<Generation>, GenerateError> {
     let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
     if let Some(r) = prompts.iter().position(Vec::is_empty) {
-        return Err(GenerateError::Invalid(format!("prompt {r} has no tokens")));
+        return Err(GenerateError::Invalid(format!(
+            "prompt {} has no tokens",
+            r + 1
+        )));
     }
     validate(model, prompts.len(), longest, opts)?;
     let vocab = model.info().embed_dim;
@@ -330,17 +411,15 @@ pub fn generate(
         .find_map(|(r, p)| p.iter().find(|&&i| i as usize >= vocab).map(|i| (r, i)))
     {
         return Err(GenerateError::Invalid(format!(
-            "prompt {r} holds id {bad}, outside the vocabulary ({vocab} ids)"
+            "prompt {} holds token id {bad}, outside the model's vocabulary of {vocab} ids \
+             (config.json vocab_size): is the tokenizer this checkpoint's?",
+            r + 1
         )));
     }
     let n = prompts.len();
     let (ids, mask, pos, p) = left_pad(prompts, opts.pad_token_id);
     let prefix = LmInput::Ids(int2(ids, [n, p], device));
-    let mut gens = decode_loop(model, prefix, mask, pos, [n, p], opts, device)?;
-    for (g, prompt) in gens.iter_mut().zip(prompts) {
-        g.prompt_ids = prompt.clone();
-    }
-    Ok(gens)
+    decode_loop(model, prefix, prompts, mask, pos, [n, p], opts, device)
 }
 
 /// Generates after `inputs_embeds: [N, T, D]` (an injected embedding, an image's tokens, or a
@@ -380,6 +459,7 @@ pub fn generate_from_embeds(
     decode_loop(
         model,
         LmInput::Embeds(inputs_embeds),
+        &vec![Vec::new(); n],
         mask,
         pos,
         [n, t],
@@ -389,10 +469,13 @@ pub fn generate_from_embeds(
 }
 
 /// The decoding loop shared by [`generate`] and [`generate_from_embeds`]: `prefix` `[N, P]`
-/// with its host-side mask and position ids (row-major).
+/// (its rows' ids in `prompt_ids`, empty for embeddings) with its host-side mask and position
+/// ids (row-major).
+#[allow(clippy::too_many_arguments)]
 fn decode_loop(
     model: &dyn CausalLm,
     prefix: LmInput,
+    prompt_ids: &[Vec<u32>],
     mut mask: Vec<i64>,
     pos: Vec<i64>,
     [n, p]: [usize; 2],
@@ -400,8 +483,8 @@ fn decode_loop(
     device: &Device,
 ) -> Result<Vec<Generation>, GenerateError> {
     let mut out: Vec<Generation> = (0..n)
-        .map(|_| Generation {
-            prompt_ids: Vec::new(),
+        .map(|r| Generation {
+            prompt_ids: prompt_ids[r].clone(),
             generated_ids: Vec::new(),
             stopped_on_eos: false,
             top_logits: Vec::new(),
@@ -443,16 +526,31 @@ fn decode_loop(
                 continue;
             }
             let raw = &logits[r];
-            let suppressed;
-            let row = if step < opts.min_new_tokens {
+            let penalise = opts.repetition_penalty != 1.0;
+            let processed;
+            let row = if step < opts.min_new_tokens || penalise {
                 let mut l = raw.clone();
-                for &e in &opts.eos_token_ids {
-                    if let Some(v) = l.get_mut(e as usize) {
-                        *v = f32::NEG_INFINITY;
+                if penalise {
+                    let p = opts.repetition_penalty as f32;
+                    let mut seen: Vec<u32> = prompt_ids[r].clone();
+                    seen.extend_from_slice(&out[r].generated_ids);
+                    seen.sort_unstable();
+                    seen.dedup();
+                    for id in seen {
+                        if let Some(v) = l.get_mut(id as usize) {
+                            *v = if *v < 0.0 { *v * p } else { *v / p };
+                        }
                     }
                 }
-                suppressed = l;
-                &suppressed
+                if step < opts.min_new_tokens {
+                    for &e in &opts.eos_token_ids {
+                        if let Some(v) = l.get_mut(e as usize) {
+                            *v = f32::NEG_INFINITY;
+                        }
+                    }
+                }
+                processed = l;
+                &processed
             } else {
                 raw
             };
