@@ -147,12 +147,29 @@ pub fn scaled_dot_product_attention(
     let scale = scale.unwrap_or(1.0 / (dh as f64).sqrt());
     let dtype = q.dtype();
     if !need_probs {
-        let bias =
-            additive_bias(mask, [n, tq, tk], dtype, &device).map(|b| b.expand([n, h, tq, tk]));
+        // A square causal block (a prompt without a cache) goes to the kernel's own causal
+        // masking, which also skips the future keys, with at most the padding as a bias; a
+        // block after a cache keeps the explicit bias.
+        let fused_causal = tq == tk
+            && matches!(
+                mask,
+                AttentionMask::Causal | AttentionMask::CausalPadding(_)
+            );
+        let bias = match mask {
+            AttentionMask::Causal if fused_causal => None,
+            AttentionMask::CausalPadding(m) if fused_causal => additive_bias(
+                &AttentionMask::Padding(m.clone()),
+                [n, tq, tk],
+                dtype,
+                &device,
+            ),
+            _ => additive_bias(mask, [n, tq, tk], dtype, &device),
+        }
+        .map(|b| b.expand([n, h, tq, tk]));
         let opts = AttentionModuleOptions {
             scale: Some(scale),
             softcap: None,
-            is_causal: false,
+            is_causal: fused_causal,
         };
         return (attention(q, k, v, None, bias, opts), None);
     }

@@ -308,6 +308,24 @@ pub trait CausalLm: Send + Sync {
         position_ids: Option<Tensor<2, Int>>,
         cache: &mut [attention::KvCache],
         opts: ForwardOptions,
+    ) -> Result<CausalLmOutput, ModelError> {
+        self.forward_causal_keep(input, attention_mask, position_ids, cache, opts, 0)
+    }
+
+    /// [`CausalLm::forward_causal`] with the logits of the last `logits_to_keep` positions
+    /// only, `[N, logits_to_keep, V]` (0 = every position; transformers' `logits_to_keep`):
+    /// generation needs the last one, and the head is the widest product of a decode step.
+    ///
+    /// # Errors
+    /// As [`CausalLm::forward_causal`].
+    fn forward_causal_keep(
+        &self,
+        input: LmInput,
+        attention_mask: Option<Tensor<2, Int>>,
+        position_ids: Option<Tensor<2, Int>>,
+        cache: &mut [attention::KvCache],
+        opts: ForwardOptions,
+        logits_to_keep: usize,
     ) -> Result<CausalLmOutput, ModelError>;
 
     /// The token embedding lookup `[N, T]` → `[N, T, D]` (`embed_tokens`), so a caller can

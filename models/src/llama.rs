@@ -681,13 +681,14 @@ impl LlamaForCausalLM {
 }
 
 impl CausalLm for LlamaForCausalLM {
-    fn forward_causal(
+    fn forward_causal_keep(
         &self,
         input: LmInput,
         attention_mask: Option<Tensor<2, Int>>,
         position_ids: Option<Tensor<2, Int>>,
         cache: &mut [KvCache],
         opts: ForwardOptions,
+        logits_to_keep: usize,
     ) -> Result<CausalLmOutput, ModelError> {
         let s = &self.spec;
         let err = |m: String| ModelError::Unsupported {
@@ -772,8 +773,13 @@ impl CausalLm for LlamaForCausalLM {
         if let Some(h) = hidden.as_mut() {
             h.push(x.clone());
         }
+        let kept = if logits_to_keep == 0 || logits_to_keep >= t {
+            x
+        } else {
+            x.slice([0..n, t - logits_to_keep..t, 0..d])
+        };
         Ok(CausalLmOutput {
-            logits: self.lm_logits(x),
+            logits: self.lm_logits(kept),
             hidden_states: hidden.map(|h| h.into_iter().map(to_f32).collect()),
             attentions: attns.map(|a| a.into_iter().map(to_f32).collect()),
         })

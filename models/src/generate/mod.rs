@@ -509,12 +509,13 @@ fn decode_loop(
     let padded = mask.contains(&0);
     let ints = |v: Vec<i64>, shape: [usize; 2]| padded.then(|| int2(v, shape, device));
     let mut cache: Vec<KvCache> = model.new_cache();
-    let first = model.forward_causal(
+    let first = model.forward_causal_keep(
         prefix.clone(),
         ints(mask.clone(), [n, p]),
         ints(pos.clone(), [n, p]),
         &mut cache,
         ForwardOptions::default(),
+        1,
     )?;
     let mut logits = last_logits(first.logits)?;
     let mut width = p;
@@ -588,12 +589,13 @@ fn decode_loop(
         }
         let step_ids = int2(tokens.iter().map(|&t| t as i64).collect(), [n, 1], device);
         let res = if opts.use_cache {
-            model.forward_causal(
+            model.forward_causal_keep(
                 LmInput::Ids(step_ids),
                 ints(mask.clone(), [n, width]),
                 ints(step_pos, [n, 1]),
                 &mut cache,
                 ForwardOptions::default(),
+                1,
             )?
         } else {
             // Everything again from the start: the prefix, then every fed token.
@@ -612,12 +614,13 @@ fn decode_loop(
                 all_pos.extend(start..start + k as i64);
             }
             let mut fresh = model.new_cache();
-            model.forward_causal(
+            model.forward_causal_keep(
                 full,
                 ints(mask.clone(), [n, width]),
                 ints(all_pos, [n, width]),
                 &mut fresh,
                 ForwardOptions::default(),
+                1,
             )?
         };
         logits = last_logits(res.logits)?;
