@@ -231,71 +231,126 @@ fn unsupported(file: &Path, message: impl Into<String>) -> ModelError {
     }
 }
 
-/// The checks and derived sizes every decoder of the family shares: heads divide, kv heads
-/// divide heads, the activation exists, sizes are positive. `head_dim` defaults to `D / H`.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn common_spec(
-    file: &Path,
-    raw: &serde_json::Value,
-    model_type: &str,
-    sizes: [usize; 4], // vocab, hidden, intermediate, layers
-    num_heads: usize,
-    num_kv_heads: Option<usize>,
-    head_dim: Option<usize>,
-    hidden_act: &str,
-    max_position_embeddings: usize,
-) -> Result<(usize, usize, Activation, RotaryEmbedding), ModelError> {
-    let [vocab, hidden, intermediate, layers] = sizes;
-    for (name, v) in [
-        ("vocab_size", vocab),
-        ("hidden_size", hidden),
-        ("intermediate_size", intermediate),
-        ("num_hidden_layers", layers),
-        ("num_attention_heads", num_heads),
-        ("max_position_embeddings", max_position_embeddings),
-    ] {
-        if v == 0 {
-            return Err(unsupported(file, format!("{name} must be positive")));
+/// The fields every config of the family has, under the same Hugging Face names, as each
+/// architecture's config struct read them with its own defaults.
+pub(crate) struct CommonFields<'a> {
+    pub model_type: &'a str,
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    pub intermediate_size: usize,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: usize,
+    pub num_key_value_heads: Option<usize>,
+    pub head_dim: Option<usize>,
+    pub hidden_act: &'a str,
+    pub max_position_embeddings: usize,
+    pub rms_norm_eps: f64,
+    pub tie_word_embeddings: bool,
+    pub bos_token_id: Option<u32>,
+    pub eos_token_id: Option<&'a TokenIds>,
+    pub pad_token_id: Option<u32>,
+}
+
+/// Which optional pieces an architecture's blocks have (see [`DecoderSpec`]).
+pub(crate) struct BlockPieces {
+    pub qkv_bias: bool,
+    pub o_bias: bool,
+    pub mlp_bias: bool,
+    pub qk_norm: bool,
+}
+
+impl DecoderSpec {
+    /// The spec of `c` and `pieces` after the checks every decoder of the family shares: the
+    /// `model_type` is `expected`, sizes are positive, kv heads divide heads, `head_dim`
+    /// (default `D / H`) is even, the activation and the rope settings of `raw` (the whole
+    /// `config.json`) are supported.
+    ///
+    /// # Errors
+    /// [`ModelError::Unsupported`] naming `file` and the offending field.
+    pub(crate) fn from_fields(
+        file: &Path,
+        raw: &serde_json::Value,
+        expected: &str,
+        c: CommonFields<'_>,
+        pieces: BlockPieces,
+    ) -> Result<Self, ModelError> {
+        crate::nn::check_model_type_in(file, c.model_type, &[expected])?;
+        for (name, v) in [
+            ("vocab_size", c.vocab_size),
+            ("hidden_size", c.hidden_size),
+            ("intermediate_size", c.intermediate_size),
+            ("num_hidden_layers", c.num_hidden_layers),
+            ("num_attention_heads", c.num_attention_heads),
+            ("max_position_embeddings", c.max_position_embeddings),
+        ] {
+            if v == 0 {
+                return Err(unsupported(file, format!("{name} must be positive")));
+            }
         }
-    }
-    let kv = num_kv_heads.unwrap_or(num_heads);
-    if kv == 0 || !num_heads.is_multiple_of(kv) {
-        return Err(unsupported(
-            file,
-            format!(
-                "num_attention_heads {num_heads} is not a multiple of num_key_value_heads {kv}"
-            ),
-        ));
-    }
-    let head_dim = match head_dim {
-        Some(0) => return Err(unsupported(file, "head_dim must be positive")),
-        Some(d) => d,
-        None if hidden.is_multiple_of(num_heads) => hidden / num_heads,
-        None => {
+        let (heads, hidden) = (c.num_attention_heads, c.hidden_size);
+        let kv = c.num_key_value_heads.unwrap_or(heads);
+        if kv == 0 || !heads.is_multiple_of(kv) {
             return Err(unsupported(
                 file,
                 format!(
-                    "hidden_size {hidden} is not a multiple of num_attention_heads {num_heads} \
-                     and no head_dim is given"
+                    "num_attention_heads {heads} is not a multiple of num_key_value_heads {kv}"
                 ),
             ));
         }
-    };
-    if !head_dim.is_multiple_of(2) {
-        return Err(unsupported(
-            file,
-            format!("head_dim {head_dim} is odd: rotary embeddings rotate pairs"),
-        ));
+        let head_dim = match c.head_dim {
+            Some(0) => return Err(unsupported(file, "head_dim must be positive")),
+            Some(d) => d,
+            None if hidden.is_multiple_of(heads) => hidden / heads,
+            None => {
+                return Err(unsupported(
+                    file,
+                    format!(
+                        "hidden_size {hidden} is not a multiple of num_attention_heads {heads} \
+                         and no head_dim is given"
+                    ),
+                ));
+            }
+        };
+        if !head_dim.is_multiple_of(2) {
+            return Err(unsupported(
+                file,
+                format!("head_dim {head_dim} is odd: rotary embeddings rotate pairs"),
+            ));
+        }
+        let act = Activation::from_hf(c.hidden_act).ok_or_else(|| {
+            unsupported(
+                file,
+                format!(
+                    "hidden_act '{}' (implemented: {ACTIVATION_NAMES})",
+                    c.hidden_act
+                ),
+            )
+        })?;
+        let rope = rope_from_config(raw, head_dim, c.max_position_embeddings)
+            .map_err(|m| unsupported(file, format!("{expected}: {m}")))?;
+        Ok(DecoderSpec {
+            model_type: c.model_type.to_string(),
+            vocab_size: c.vocab_size,
+            hidden_size: hidden,
+            intermediate_size: c.intermediate_size,
+            num_layers: c.num_hidden_layers,
+            num_heads: heads,
+            num_kv_heads: kv,
+            head_dim,
+            act,
+            max_position_embeddings: c.max_position_embeddings,
+            rms_norm_eps: c.rms_norm_eps,
+            tie_word_embeddings: c.tie_word_embeddings,
+            qkv_bias: pieces.qkv_bias,
+            o_bias: pieces.o_bias,
+            mlp_bias: pieces.mlp_bias,
+            qk_norm: pieces.qk_norm,
+            rope,
+            bos_token_id: c.bos_token_id,
+            eos_token_id: c.eos_token_id.map(TokenIds::to_vec).unwrap_or_default(),
+            pad_token_id: c.pad_token_id,
+        })
     }
-    let act = Activation::from_hf(hidden_act).ok_or_else(|| {
-        unsupported(
-            file,
-            format!("hidden_act '{hidden_act}' (implemented: {ACTIVATION_NAMES})"),
-        )
-    })?;
-    let rope = rope_from_config(raw, head_dim, max_position_embeddings)
-        .map_err(|m| unsupported(file, format!("{model_type}: {m}")))?;
-    Ok((kv, head_dim, act, rope))
 }
 
 impl LlamaConfig {
@@ -305,54 +360,30 @@ impl LlamaConfig {
     /// [`ModelError::Unsupported`] naming `file` and the offending field: a `model_type` other
     /// than `llama`, heads that do not divide, an unknown activation or rope type.
     pub fn spec(&self, file: &Path, raw: &serde_json::Value) -> Result<DecoderSpec, ModelError> {
-        if self.model_type != MODEL_TYPE {
-            return Err(unsupported(
-                file,
-                format!("model_type '{}' is not '{MODEL_TYPE}'", self.model_type),
-            ));
-        }
-        let (kv, head_dim, act, rope) = common_spec(
-            file,
-            raw,
-            MODEL_TYPE,
-            [
-                self.vocab_size,
-                self.hidden_size,
-                self.intermediate_size,
-                self.num_hidden_layers,
-            ],
-            self.num_attention_heads,
-            self.num_key_value_heads,
-            self.head_dim,
-            &self.hidden_act,
-            self.max_position_embeddings,
-        )?;
-        Ok(DecoderSpec {
-            model_type: self.model_type.clone(),
+        let common = CommonFields {
+            model_type: &self.model_type,
             vocab_size: self.vocab_size,
             hidden_size: self.hidden_size,
             intermediate_size: self.intermediate_size,
-            num_layers: self.num_hidden_layers,
-            num_heads: self.num_attention_heads,
-            num_kv_heads: kv,
-            head_dim,
-            act,
+            num_hidden_layers: self.num_hidden_layers,
+            num_attention_heads: self.num_attention_heads,
+            num_key_value_heads: self.num_key_value_heads,
+            head_dim: self.head_dim,
+            hidden_act: &self.hidden_act,
             max_position_embeddings: self.max_position_embeddings,
             rms_norm_eps: self.rms_norm_eps,
             tie_word_embeddings: self.tie_word_embeddings,
+            bos_token_id: self.bos_token_id,
+            eos_token_id: self.eos_token_id.as_ref(),
+            pad_token_id: self.pad_token_id,
+        };
+        let pieces = BlockPieces {
             qkv_bias: self.attention_bias,
             o_bias: self.attention_bias,
             mlp_bias: self.mlp_bias,
             qk_norm: false,
-            rope,
-            bos_token_id: self.bos_token_id,
-            eos_token_id: self
-                .eos_token_id
-                .as_ref()
-                .map(TokenIds::to_vec)
-                .unwrap_or_default(),
-            pad_token_id: self.pad_token_id,
-        })
+        };
+        DecoderSpec::from_fields(file, raw, MODEL_TYPE, common, pieces)
     }
 }
 
@@ -377,8 +408,6 @@ pub struct LlamaAttention {
     pub num_kv_heads: usize,
     /// `Dh`.
     pub head_dim: usize,
-    /// RMSNorm epsilon (of `q_norm` / `k_norm`).
-    pub eps: f64,
 }
 
 impl LlamaAttention {
@@ -546,7 +575,6 @@ impl DecoderSpec {
                     num_heads: self.num_heads,
                     num_kv_heads: self.num_kv_heads,
                     head_dim: dh,
-                    eps: self.rms_norm_eps,
                 },
                 post_attention_layernorm: rms_norm(d, self.rms_norm_eps, device),
                 mlp: LlamaMlp {

@@ -366,14 +366,7 @@ pub fn check_model_type(
     found: &str,
     expected: &[&str],
 ) -> Result<(), ModelError> {
-    if expected.contains(&found) {
-        Ok(())
-    } else {
-        Err(ModelError::Unsupported {
-            file: ckpt.config.display().to_string(),
-            message: format!("model_type '{found}' is not one of {expected:?}"),
-        })
-    }
+    check_model_type_in(&ckpt.config, found, expected)
 }
 
 /// Checks that the `model_type` a config struct read from `file` is one of `expected`.

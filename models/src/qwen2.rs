@@ -13,7 +13,9 @@
 //! Keys are Llama's ([`crate::llama`]).
 
 use crate::ModelError;
-use crate::llama::{DecoderSpec, LlamaForCausalLM, TokenIds, common_spec, load_decoder};
+use crate::llama::{
+    BlockPieces, CommonFields, DecoderSpec, LlamaForCausalLM, TokenIds, load_decoder,
+};
 use bindscope_core::{Checkpoint, LoadOptions};
 use burn::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -147,50 +149,31 @@ impl Qwen2Config {
     /// [`ModelError::Unsupported`] naming `file` and the field, as [`crate::llama::LlamaConfig::spec`],
     /// and for sliding-window attention.
     pub fn spec(&self, file: &Path, raw: &serde_json::Value) -> Result<DecoderSpec, ModelError> {
-        crate::nn::check_model_type_in(file, &self.model_type, &[MODEL_TYPE])?;
         refuse_sliding_window(file, self.use_sliding_window, self.layer_types.as_deref())?;
-        let (kv, head_dim, act, rope) = common_spec(
-            file,
-            raw,
-            MODEL_TYPE,
-            [
-                self.vocab_size,
-                self.hidden_size,
-                self.intermediate_size,
-                self.num_hidden_layers,
-            ],
-            self.num_attention_heads,
-            self.num_key_value_heads,
-            self.head_dim,
-            &self.hidden_act,
-            self.max_position_embeddings,
-        )?;
-        Ok(DecoderSpec {
-            model_type: self.model_type.clone(),
+        let common = CommonFields {
+            model_type: &self.model_type,
             vocab_size: self.vocab_size,
             hidden_size: self.hidden_size,
             intermediate_size: self.intermediate_size,
-            num_layers: self.num_hidden_layers,
-            num_heads: self.num_attention_heads,
-            num_kv_heads: kv,
-            head_dim,
-            act,
+            num_hidden_layers: self.num_hidden_layers,
+            num_attention_heads: self.num_attention_heads,
+            num_key_value_heads: self.num_key_value_heads,
+            head_dim: self.head_dim,
+            hidden_act: &self.hidden_act,
             max_position_embeddings: self.max_position_embeddings,
             rms_norm_eps: self.rms_norm_eps,
             tie_word_embeddings: self.tie_word_embeddings,
+            bos_token_id: self.bos_token_id,
+            eos_token_id: self.eos_token_id.as_ref(),
+            pad_token_id: self.pad_token_id,
+        };
+        let pieces = BlockPieces {
             qkv_bias: true,
             o_bias: false,
             mlp_bias: false,
             qk_norm: false,
-            rope,
-            bos_token_id: self.bos_token_id,
-            eos_token_id: self
-                .eos_token_id
-                .as_ref()
-                .map(TokenIds::to_vec)
-                .unwrap_or_default(),
-            pad_token_id: self.pad_token_id,
-        })
+        };
+        DecoderSpec::from_fields(file, raw, MODEL_TYPE, common, pieces)
     }
 }
 
