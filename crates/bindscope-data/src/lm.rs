@@ -30,13 +30,7 @@ impl LmTokenizer {
             path: path.clone(),
             message: m,
         };
-        if !path.is_file() {
-            return Err(bad(
-                "tokenizer file not found (expected a Hugging Face tokenizer.json)".into(),
-            ));
-        }
-        let mut inner = tokenizers::Tokenizer::from_file(&path)
-            .map_err(|e| bad(format!("not a valid tokenizer.json: {e}")))?;
+        let mut inner = crate::text::read_tokenizer_json(&path)?;
         inner.with_padding(None);
         inner
             .with_truncation(None)

@@ -90,6 +90,24 @@ pub enum TextError {
     UnknownModelType(String),
 }
 
+/// The tokenizer of a Hugging Face `tokenizer.json` file, as the file configures it.
+///
+/// # Errors
+/// [`TextError::File`] naming the file when it is missing or not a valid tokenizer.
+pub(crate) fn read_tokenizer_json(path: &Path) -> Result<tokenizers::Tokenizer, TextError> {
+    let bad = |m: String| TextError::File {
+        path: path.to_path_buf(),
+        message: m,
+    };
+    if !path.is_file() {
+        return Err(bad(
+            "tokenizer file not found (expected a Hugging Face tokenizer.json)".into(),
+        ));
+    }
+    tokenizers::Tokenizer::from_file(path)
+        .map_err(|e| bad(format!("not a valid tokenizer.json: {e}")))
+}
+
 /// Text-encoder family, which decides the default padding and truncation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -429,16 +447,10 @@ impl Tokenizer {
             path: path.clone(),
             message: m,
         };
-        if !path.is_file() {
-            return Err(bad(
-                "tokenizer file not found (expected a Hugging Face tokenizer.json)".into(),
-            ));
-        }
         if policy.max_length == 0 {
             return Err(bad("policy max_length must be positive".into()));
         }
-        let mut inner = tokenizers::Tokenizer::from_file(&path)
-            .map_err(|e| bad(format!("not a valid tokenizer.json: {e}")))?;
+        let mut inner = read_tokenizer_json(&path)?;
 
         let dir = path.parent().unwrap_or(Path::new("."));
         let mut pad_token = policy.pad_token.clone();
