@@ -262,14 +262,10 @@ pub fn run(args: GenerateArgs, device: &Device) -> Result<()> {
     if longest >= context {
         bail!(
             "prompt {} has {longest} token{}: the model's context is {context} positions \
-             (max_position_embeddings{}), which leaves no room for a new token; shorten it",
+             (max_position_embeddings, or what its rope scaling extends it to), which leaves no \
+             room for a new token; shorten it",
             longest_at + 1,
             if longest == 1 { "" } else { "s" },
-            if context > model_max_positions(&ckpt) {
-                ", extended by its rope scaling"
-            } else {
-                ""
-            }
         );
     }
     let max_new_tokens = args.max_new_tokens.min(context - longest);
@@ -364,12 +360,4 @@ pub fn run(args: GenerateArgs, device: &Device) -> Result<()> {
         println!("{l}");
     }
     Ok(())
-}
-
-/// `max_position_embeddings` of the checkpoint's config.json (0 when unreadable).
-fn model_max_positions(ckpt: &bindscope_core::Checkpoint) -> usize {
-    ckpt.config_json()
-        .ok()
-        .and_then(|v| v.get("max_position_embeddings").and_then(|m| m.as_u64()))
-        .unwrap_or(0) as usize
 }

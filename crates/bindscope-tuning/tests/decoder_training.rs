@@ -8,7 +8,7 @@
 use bindscope_core::train::{AdamW, next_token_cross_entropy};
 use bindscope_core::{Checkpoint, LoadOptions};
 use bindscope_models::llama::LlamaForCausalLM;
-use bindscope_models::{CausalLm, ForwardOptions, LmInput, registry};
+use bindscope_models::{CausalLm, ForwardOptions, LmInput};
 use bindscope_tuning::lora::{LoraConfig, adapters, apply_lora_to, trainable_params};
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::GradientsParams;
@@ -274,8 +274,4 @@ fn lora_on_query_and_value_projections_trains_only_the_adapters() {
     let ad = adapters(&after, &cfg);
     assert_eq!(ad.len(), 2 * spec.num_layers);
     assert!(ad.values().all(|h| h.b.iter().any(|&x| x != 0.0)));
-    // The frozen decoder of the registry (what generation uses) takes no gradient at all.
-    let frozen =
-        registry::load_causal_lm(&ckpt("qwen3"), &device, &LoadOptions::default()).unwrap();
-    assert_eq!(frozen.info().model_type, "qwen3");
 }
