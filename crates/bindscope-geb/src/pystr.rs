@@ -86,14 +86,10 @@ pub fn char_index(s: &str, byte: usize) -> usize {
 
 /// The byte offset of the code-point index `index` of `s`; `None` past the end.
 pub fn byte_offset(s: &str, index: usize) -> Option<usize> {
-    if index == 0 {
-        return Some(0);
-    }
-    match s.char_indices().nth(index) {
-        Some((b, _)) => Some(b),
-        None if s.chars().count() == index => Some(s.len()),
-        None => None,
-    }
+    s.char_indices()
+        .map(|(b, _)| b)
+        .chain(std::iter::once(s.len()))
+        .nth(index)
 }
 
 /// `float(s)` as CPython parses a `str` (`PyFloat_FromString`), `None` where Python raises

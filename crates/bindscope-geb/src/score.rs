@@ -216,28 +216,23 @@ fn groups(records: &[Record]) -> (Group, Vec<Group>, Vec<Group>) {
         stream: 0,
         items: (0..records.len()).collect(),
     };
+    let group = |name: &str, stream: u64, member: &dyn Fn(&Record) -> bool| Group {
+        name: name.into(),
+        stream,
+        items: (0..records.len())
+            .filter(|&i| member(&records[i]))
+            .collect(),
+    };
     let cats = Category::ALL
         .iter()
         .enumerate()
-        .map(|(k, &c)| Group {
-            name: c.name().into(),
-            stream: 1 + k as u64,
-            items: (0..records.len())
-                .filter(|&i| records[i].category == c)
-                .collect(),
-        })
+        .map(|(k, &c)| group(c.name(), 1 + k as u64, &|r| r.category == c))
         .filter(|g| !g.items.is_empty())
         .collect();
     let sources = Source::ALL
         .iter()
         .enumerate()
-        .map(|(k, &s)| Group {
-            name: s.name().into(),
-            stream: 16 + k as u64,
-            items: (0..records.len())
-                .filter(|&i| records[i].source == s)
-                .collect(),
-        })
+        .map(|(k, &s)| group(s.name(), 16 + k as u64, &|r| r.source == s))
         .filter(|g| !g.items.is_empty())
         .collect();
     (overall, cats, sources)
