@@ -16,6 +16,7 @@ mod correlate;
 mod embed;
 mod finetune;
 mod foveated;
+mod geb;
 mod generate;
 mod geometry;
 mod info;
@@ -65,6 +66,9 @@ enum Command {
     ProbeAll(probe_all::ProbeAllArgs),
     /// Table 2 and scatter plots from many row.json files.
     Correlate(correlate::CorrelateArgs),
+    /// Generative Embedding Benchmark: `geb score` scores predictions with lmms-eval 0.7.3's
+    /// metrics and bootstrap intervals.
+    Geb(geb::GebArgs),
     /// SABER attribute–object binding benchmark: generate the items, evaluate an encoder.
     Saber(saber::SaberArgs),
     /// The devices this build and machine can use: backend, adapter name and type.
@@ -82,7 +86,7 @@ fn main() {
     // Commands that only read or write files run on the CPU whatever device is named (the name
     // must still parse).
     let needs_device = match &cli.command {
-        Command::Correlate(_) | Command::Devices => false,
+        Command::Correlate(_) | Command::Geb(_) | Command::Devices => false,
         Command::Saber(a) => saber::needs_device(a),
         Command::Finetune(a) => finetune::needs_device(a),
         _ => true,
@@ -109,6 +113,7 @@ fn main() {
             Command::Geometry(a) => geometry::run(a, &ctx),
             Command::ProbeAll(a) => probe_all::run(a, &ctx),
             Command::Correlate(a) => correlate::run(a, &ctx),
+            Command::Geb(a) => geb::run(a, &ctx),
             Command::Saber(a) => saber::run(a, &ctx),
             Command::Devices => unreachable!("handled above"),
         };
