@@ -14,14 +14,28 @@ fn scratch(name: &str) -> PathBuf {
     common::scratch("geb", name)
 }
 
-fn run(args: &[&str]) -> Output {
+/// `geb score --predictions PREDS [--pair PAIR] --out OUT EXTRA…`.
+fn score_args(preds: &Path, pair: Option<&Path>, out: &Path, extra: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = ["geb", "score", "--predictions"].map(String::from).into();
+    args.push(preds.display().to_string());
+    if let Some(p) = pair {
+        args.push("--pair".into());
+        args.push(p.display().to_string());
+    }
+    args.push("--out".into());
+    args.push(out.display().to_string());
+    args.extend(extra.iter().map(|e| e.to_string()));
+    args
+}
+
+fn run(args: &[String]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_experiments"))
         .args(args)
         .output()
         .expect("runs")
 }
 
-fn ok(args: &[&str]) -> String {
+fn ok(args: &[String]) -> String {
     let o = run(args);
     assert!(
         o.status.success(),
@@ -31,7 +45,7 @@ fn ok(args: &[&str]) -> String {
     text(&o)
 }
 
-fn err(args: &[&str]) -> String {
+fn err(args: &[String]) -> String {
     let o = run(args);
     assert!(
         !o.status.success(),
@@ -106,16 +120,7 @@ fn cases_scored_through_the_cli_match_lmms_eval_and_aggregate_over_items() {
     let records: Vec<Value> = cases.iter().map(|(r, _)| r.clone()).collect();
     write_records(&preds, &records);
     let out = dir.join("out");
-    let printed = ok(&[
-        "geb",
-        "score",
-        "--predictions",
-        preds.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-        "--bootstrap",
-        "500",
-    ]);
+    let printed = ok(&score_args(&preds, None, &out, &["--bootstrap", "500"]));
     assert!(printed.contains("overall"), "{printed}");
     assert!(printed.contains("lmms-eval 0.7.3"), "{printed}");
 
@@ -227,17 +232,12 @@ fn the_bare_path_scores_without_reasoning_stripping() {
     let preds = dir.join("in/p.jsonl");
     write_records(&preds, &records);
     let out = dir.join("out");
-    ok(&[
-        "geb",
-        "score",
-        "--predictions",
-        preds.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-        "--bootstrap",
-        "0",
-        "--no-strip-reasoning",
-    ]);
+    ok(&score_args(
+        &preds,
+        None,
+        &out,
+        &["--bootstrap", "0", "--no-strip-reasoning"],
+    ));
     let items = std::fs::read_to_string(out.join("items.jsonl")).unwrap();
     for (l, want) in items.lines().zip(&bare) {
         let v: Value = serde_json::from_str(l).unwrap();
@@ -278,22 +278,19 @@ fn paired_gap_and_same_seed_same_bits() {
     let dir = scratch("pair");
     let (a, b) = pair_files(&dir);
     let score = |out: &Path, seed: &str| {
-        ok(&[
-            "geb",
-            "score",
-            "--predictions",
-            a.to_str().unwrap(),
-            "--pair",
-            b.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-            "--seed",
-            seed,
-            "--bootstrap",
-            "2000",
-            "--paired-bootstrap",
-            "3000",
-        ])
+        ok(&score_args(
+            &a,
+            Some(&b),
+            out,
+            &[
+                "--seed",
+                seed,
+                "--bootstrap",
+                "2000",
+                "--paired-bootstrap",
+                "3000",
+            ],
+        ))
     };
     let printed = score(&dir.join("o1"), "7");
     assert!(printed.contains("gap"), "{printed}");
@@ -328,21 +325,18 @@ fn export_resamples_writes_the_indices() {
     let dir = scratch("export");
     let (a, b) = pair_files(&dir);
     let out = dir.join("out");
-    ok(&[
-        "geb",
-        "score",
-        "--predictions",
-        a.to_str().unwrap(),
-        "--pair",
-        b.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-        "--bootstrap",
-        "50",
-        "--paired-bootstrap",
-        "60",
-        "--export-resamples",
-    ]);
+    ok(&score_args(
+        &a,
+        Some(&b),
+        &out,
+        &[
+            "--bootstrap",
+            "50",
+            "--paired-bootstrap",
+            "60",
+            "--export-resamples",
+        ],
+    ));
     for (name, rows) in [("marginal-overall", 50), ("paired-overall", 60)] {
         let bytes = std::fs::read(out.join(format!("resamples/{name}.safetensors"))).unwrap();
         let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
@@ -360,14 +354,7 @@ fn refused(name: &str, lines: &[&str], expect: &[&str]) {
     std::fs::create_dir_all(preds.parent().unwrap()).unwrap();
     std::fs::write(&preds, lines.join("\n")).unwrap();
     let out = dir.join("out");
-    let msg = err(&[
-        "geb",
-        "score",
-        "--predictions",
-        preds.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    let msg = err(&score_args(&preds, None, &out, &[]));
     assert!(msg.contains("p.jsonl"), "{name}: {msg}");
     for e in expect {
         assert!(msg.contains(e), "{name}: expected {e:?} in:\n{msg}");
@@ -460,16 +447,7 @@ fn pair_mismatches_and_bad_options_write_nothing() {
     let check = |pair_lines: &[&str], expect: &str| {
         std::fs::write(&other, pair_lines.join("\n")).unwrap();
         let out = dir.join("out");
-        let msg = err(&[
-            "geb",
-            "score",
-            "--predictions",
-            a.to_str().unwrap(),
-            "--pair",
-            other.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-        ]);
+        let msg = err(&score_args(&a, Some(&other), &out, &[]));
         assert!(msg.contains(expect), "expected {expect:?} in:\n{msg}");
         assert!(!out.exists());
     };
@@ -496,26 +474,15 @@ fn pair_mismatches_and_bad_options_write_nothing() {
     );
 
     let out = dir.join("out");
-    let msg = err(&[
-        "geb",
-        "score",
-        "--predictions",
-        a.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-        "--reasoning-tags",
-        "[[\"<think>\"]]",
-    ]);
+    let msg = err(&score_args(
+        &a,
+        None,
+        &out,
+        &["--reasoning-tags", "[[\"<think>\"]]"],
+    ));
     assert!(msg.contains("pair 1 has 1 strings"), "{msg}");
     assert!(!out.exists());
-    let msg = err(&[
-        "geb",
-        "score",
-        "--predictions",
-        dir.join("in/absent.jsonl").to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    let msg = err(&score_args(&dir.join("in/absent.jsonl"), None, &out, &[]));
     assert!(msg.contains("absent.jsonl"), "{msg}");
     assert!(!out.exists());
 }
