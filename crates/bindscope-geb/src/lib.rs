@@ -18,5 +18,6 @@
 pub mod bootstrap;
 pub mod metrics;
 pub mod pystr;
+pub mod readout;
 pub mod records;
 pub mod score;
