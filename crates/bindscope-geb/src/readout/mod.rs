@@ -12,3 +12,4 @@ pub mod chat;
 pub mod conversation;
 pub mod inject;
 pub mod model;
+pub mod train;

@@ -1,0 +1,412 @@
+//! Training the readout (§4.3): the paper's recipe as [`TrainConfig::default`] — AdamW, lr
+//! 1e-4 with cosine decay, one epoch, an effective batch of 512 sequences by gradient
+//! accumulation, dynamic padding, truncation at 32,768 tokens, seed 42 for the initialisation
+//! and the data order; the decoder and every adapter trainable, the embedder never (its
+//! embeddings are precomputed inputs).
+//!
+//! - **Steps.** Epoch `e`'s order is [`bindscope_core::train::epoch_order`]`(seed, NAMESPACE,
+//!   e, n)`; optimizer step `s` takes the `s`-th run of `micro_batch · grad_accum` sequences of
+//!   its epoch (the last step of an epoch may be shorter), in micro-batches of `micro_batch`,
+//!   each padded to its own longest sequence. What a step sees depends on the step number
+//!   alone, so a resumed run repeats the uninterrupted one.
+//! - **Loss.** The mean over the supervised targets of the whole effective batch: each
+//!   micro-batch's token mean is weighted by its share of the step's targets before its
+//!   backward pass (transformers' `Trainer` since 4.46, which divides by `num_items_in_batch`;
+//!   a mean of micro-batch means would weight short answers up).
+//! - **Schedule.** `lr_s = lr · ½ (1 + cos(π s / S))` for step `s` of `S` (transformers'
+//!   `get_cosine_schedule_with_warmup` with no warmup).
+//! - **Weight decay** 0 (the paper does not give one; transformers' `TrainingArguments` default,
+//!   and LLaVA's recipe).
+//! - **Checkpoints** through [`bindscope_core::train::Checkpoints`]: the readout's weights
+//!   (`readout.safetensors`, the module's own paths in PyTorch layout), the AdamW state and the
+//!   parameters' ids (the optimizer's state is keyed by them; `param_ids.json`), so a resumed
+//!   run continues bit for bit.
+
+use std::path::Path;
+
+use bindscope_core::train::{AdamW, Checkpoints, epoch_order};
+use burn::module::{Module, ModuleMapper, ModuleVisitor, Param, ParamId};
+use burn::optim::{GradientsAccumulator, GradientsParams, ModuleOptimizer};
+use burn::prelude::*;
+
+use super::chat::{IGNORE, Sequence};
+use super::inject::HostBatch;
+use super::model::GenerativeReadout;
+
+/// The data-order namespace of [`epoch_order`] (`"gebtrain"`).
+pub const NAMESPACE: u64 = 0x6765_6274_7261_696E;
+
+/// The training recipe (module docs). Every field changes the numbers.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct TrainConfig {
+    /// Peak learning rate.
+    pub lr: f64,
+    /// Passes over the training sequences.
+    pub epochs: usize,
+    /// Sequences per forward pass.
+    pub micro_batch: usize,
+    /// Micro-batches per optimizer step.
+    pub grad_accum: usize,
+    /// Longest sequence in tokens; longer ones are cut (and counted).
+    pub max_tokens: usize,
+    /// Seed of the data order (and, in the study, of the adapters' initialisation).
+    pub seed: u64,
+    /// The optimizer (torch's AdamW settings; weight decay 0 by default here).
+    pub adamw: AdamW,
+    /// Optimizer steps between checkpoints (0 = only at the end).
+    pub checkpoint_every: usize,
+}
+
+impl Default for TrainConfig {
+    fn default() -> Self {
+        Self {
+            lr: 1e-4,
+            epochs: 1,
+            micro_batch: 8,
+            grad_accum: 64,
+            max_tokens: 32_768,
+            seed: 42,
+            adamw: AdamW {
+                weight_decay: 0.0,
+                ..AdamW::default()
+            },
+            checkpoint_every: 100,
+        }
+    }
+}
+
+impl TrainConfig {
+    /// Sequences per optimizer step.
+    pub fn effective_batch(&self) -> usize {
+        self.micro_batch * self.grad_accum
+    }
+
+    /// Optimizer steps per epoch over `n` sequences.
+    pub fn steps_per_epoch(&self, n: usize) -> usize {
+        n.div_ceil(self.effective_batch())
+    }
+
+    /// Optimizer steps of the whole run over `n` sequences.
+    pub fn total_steps(&self, n: usize) -> usize {
+        self.epochs * self.steps_per_epoch(n)
+    }
+
+    /// The learning rate of step `s` (0-based) of `total` (module docs).
+    pub fn lr_at(&self, s: usize, total: usize) -> f64 {
+        let progress = s as f64 / total.max(1) as f64;
+        self.lr * 0.5 * (1.0 + (std::f64::consts::PI * progress).cos())
+    }
+}
+
+/// One slot's embeddings: row `i` belongs to training sequence `i`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SlotTable {
+    /// The embedding width `d`.
+    pub dim: usize,
+    /// `[n, d]` row-major.
+    pub rows: Vec<f32>,
+}
+
+impl SlotTable {
+    fn gather(&self, idx: &[usize], device: &Device) -> Tensor<2> {
+        let mut v = Vec::with_capacity(idx.len() * self.dim);
+        for &i in idx {
+            v.extend_from_slice(&self.rows[i * self.dim..(i + 1) * self.dim]);
+        }
+        Tensor::<1>::from_floats(v.as_slice(), device).reshape([idx.len(), self.dim])
+    }
+}
+
+/// The training sequences and their slots' embeddings.
+#[derive(Debug, Clone)]
+pub struct TrainSet {
+    /// The sequences (already truncated to `max_tokens`: [`TrainSet::new`]).
+    pub sequences: Vec<Sequence>,
+    /// One table per slot, in slot order.
+    pub slots: Vec<SlotTable>,
+    /// The ids of the conversations whose sequences were cut at `max_tokens`, with their
+    /// original lengths.
+    pub truncated: Vec<(String, usize)>,
+}
+
+impl TrainSet {
+    /// Cuts every sequence longer than `max_tokens` (labels and slots with it; a sequence whose
+    /// slots would be cut, or with no supervised token left, is an error naming it).
+    ///
+    /// # Errors
+    /// As above, or a table whose row count is not the number of sequences.
+    pub fn new(
+        mut sequences: Vec<Sequence>,
+        slots: Vec<SlotTable>,
+        max_tokens: usize,
+    ) -> Result<Self, String> {
+        for (k, t) in slots.iter().enumerate() {
+            if t.rows.len() != sequences.len() * t.dim {
+                return Err(format!(
+                    "slot {k}: {} embeddings for {} sequences",
+                    t.rows.len() / t.dim.max(1),
+                    sequences.len()
+                ));
+            }
+        }
+        let mut truncated = Vec::new();
+        for s in &mut sequences {
+            if s.input_ids.len() > max_tokens {
+                truncated.push((s.conversation.clone(), s.input_ids.len()));
+                s.input_ids.truncate(max_tokens);
+                s.labels.truncate(max_tokens);
+                if s.slots.iter().any(|&p| p >= max_tokens) {
+                    return Err(format!(
+                        "conversation {:?}: its embedding slot lies past --max-tokens {max_tokens}",
+                        s.conversation
+                    ));
+                }
+            }
+            if !s.labels.iter().skip(1).any(|&l| l != IGNORE) {
+                return Err(format!(
+                    "conversation {:?} (turn {:?}): no supervised token within {max_tokens} tokens",
+                    s.conversation, s.turn
+                ));
+            }
+        }
+        Ok(Self {
+            sequences,
+            slots,
+            truncated,
+        })
+    }
+}
+
+/// What one optimizer step did.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct StepLog {
+    /// The step number after it (1-based).
+    pub step: usize,
+    /// The token-mean loss over the effective batch.
+    pub loss: f64,
+    /// The learning rate used.
+    pub lr: f64,
+    /// Sequences in the step.
+    pub sequences: usize,
+    /// Real (unpadded) tokens in the step.
+    pub tokens: usize,
+    /// Supervised targets in the step.
+    pub targets: usize,
+    /// Wall time of the step.
+    pub seconds: f64,
+}
+
+/// A training run in progress: the readout on an autodiff device, the optimizer and the step.
+pub struct Trainer {
+    /// The readout being trained.
+    pub model: GenerativeReadout,
+    optim: ModuleOptimizer,
+    /// Optimizer steps done.
+    pub step: usize,
+    cfg: TrainConfig,
+    n: usize,
+    device: Device,
+    fill: u32,
+}
+
+/// The checkpoint files.
+const WEIGHTS: &str = "readout.safetensors";
+const OPTIMIZER: &str = "optimizer.bpk";
+const IDS: &str = "param_ids.json";
+
+impl Trainer {
+    /// A run over `n` sequences starting at step 0; `fill` is the id put at padding (any valid
+    /// id). `device` must be an autodiff device.
+    pub fn new(
+        model: GenerativeReadout,
+        cfg: TrainConfig,
+        n: usize,
+        fill: u32,
+        device: Device,
+    ) -> Self {
+        let optim = cfg.adamw.config().init();
+        Self {
+            model,
+            optim,
+            step: 0,
+            cfg,
+            n,
+            device,
+            fill,
+        }
+    }
+
+    /// Steps of the whole run.
+    pub fn total_steps(&self) -> usize {
+        self.cfg.total_steps(self.n)
+    }
+
+    /// The sequence indices of step `s` (module docs).
+    pub fn step_indices(&self, s: usize) -> Vec<usize> {
+        let per = self.cfg.steps_per_epoch(self.n);
+        let (epoch, k) = (s / per, s % per);
+        let order = epoch_order(self.cfg.seed, NAMESPACE, epoch as u64, self.n);
+        let b = self.cfg.effective_batch();
+        order[k * b..((k + 1) * b).min(self.n)].to_vec()
+    }
+
+    /// One optimizer step over the next effective batch of `data`.
+    ///
+    /// # Errors
+    /// A decoder error (a sequence past its context) or a failed read-back from the device, as
+    /// text.
+    pub fn train_step(&mut self, data: &TrainSet) -> Result<StepLog, String> {
+        let t0 = std::time::Instant::now();
+        let idx = self.step_indices(self.step);
+        let micro: Vec<&[usize]> = idx.chunks(self.cfg.micro_batch).collect();
+        let batches: Vec<HostBatch> = micro
+            .iter()
+            .map(|m| {
+                let seqs: Vec<&Sequence> = m.iter().map(|&i| &data.sequences[i]).collect();
+                HostBatch::new(&seqs, self.fill)
+            })
+            .collect();
+        let targets: usize = batches.iter().map(|b| b.targets).sum();
+        let tokens: usize = batches.iter().map(HostBatch::tokens).sum();
+        let mut acc = GradientsAccumulator::<GenerativeReadout>::new();
+        let mut loss_sum = 0f64;
+        for (m, batch) in micro.iter().zip(&batches) {
+            if batch.targets == 0 {
+                continue;
+            }
+            let embeddings: Vec<Tensor<2>> = data
+                .slots
+                .iter()
+                .map(|t| t.gather(m, &self.device))
+                .collect();
+            let loss = self
+                .model
+                .loss(batch, &embeddings, &self.device)
+                .map_err(|e| e.to_string())?;
+            let weighted = loss * (batch.targets as f64 / targets as f64);
+            let value = bindscope_core::device::to_host_f32(weighted.clone())
+                .map_err(|e| e.to_string())?[0];
+            loss_sum += f64::from(value);
+            let grads = GradientsParams::from_grads(weighted.backward(), &self.model);
+            acc.accumulate(&self.model, grads);
+        }
+        let lr = self.cfg.lr_at(self.step, self.total_steps());
+        let model = self.model.clone();
+        self.model = self.optim.step(lr, model, acc.grads());
+        self.step += 1;
+        Ok(StepLog {
+            step: self.step,
+            loss: loss_sum,
+            lr,
+            sequences: idx.len(),
+            tokens,
+            targets,
+            seconds: t0.elapsed().as_secs_f64(),
+        })
+    }
+
+    /// Saves the weights, the optimizer state and the parameter ids at the current step.
+    ///
+    /// # Errors
+    /// I/O or serialisation errors, as text naming the checkpoint.
+    pub fn save(&self, checkpoints: &Checkpoints) -> Result<(), String> {
+        checkpoints
+            .save(self.step, |dir| {
+                use burn::store::{BurnToPyTorchAdapter, ModuleSnapshot, SafetensorsStore};
+                let mut store = SafetensorsStore::from_file(dir.join(WEIGHTS))
+                    .with_to_adapter(BurnToPyTorchAdapter);
+                self.model
+                    .save_into(&mut store)
+                    .map_err(|e| format!("weights: {e}"))?;
+                self.optim
+                    .save(dir.join(OPTIMIZER))
+                    .map_err(|e| format!("optimizer state: {e:?}"))?;
+                let ids = param_ids(&self.model);
+                std::fs::write(
+                    dir.join(IDS),
+                    serde_json::to_vec(&ids).map_err(|e| e.to_string())?,
+                )
+                .map_err(|e| e.to_string())
+            })
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    /// Restores the latest checkpoint, if any; `false` when there is none.
+    ///
+    /// # Errors
+    /// Unreadable files, or a checkpoint of another run (its fingerprint).
+    pub fn resume(&mut self, checkpoints: &Checkpoints) -> Result<bool, String> {
+        let Some(saved) = checkpoints.latest().map_err(|e| e.to_string())? else {
+            return Ok(false);
+        };
+        let file = saved.dir.join(WEIGHTS);
+        let model = bindscope_core::load::load_strict(
+            self.model.clone(),
+            &[file.clone()],
+            &bindscope_core::LoadOptions::default(),
+        )
+        .map_err(|e| e.to_string())?;
+        let ids: Vec<u64> = serde_json::from_slice(
+            &std::fs::read(saved.dir.join(IDS))
+                .map_err(|e| format!("{}: {e}", saved.dir.display()))?,
+        )
+        .map_err(|e| format!("{}: {e}", saved.dir.join(IDS).display()))?;
+        self.model = set_param_ids(model, &ids)?;
+        self.optim = self
+            .cfg
+            .adamw
+            .config()
+            .init()
+            .load(saved.dir.join(OPTIMIZER))
+            .map_err(|e| format!("optimizer state: {e:?}"))?;
+        self.step = saved.step;
+        Ok(true)
+    }
+
+    /// The run's configuration.
+    pub fn config(&self) -> &TrainConfig {
+        &self.cfg
+    }
+}
+
+/// The ids of every float parameter in visit order.
+fn param_ids<M: Module>(m: &M) -> Vec<u64> {
+    struct Ids(Vec<u64>);
+    impl ModuleVisitor for Ids {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+            self.0.push(param.id.val());
+        }
+    }
+    let mut v = Ids(Vec::new());
+    m.visit(&mut v);
+    v.0
+}
+
+fn set_param_ids<M: Module>(m: M, ids: &[u64]) -> Result<M, String> {
+    struct Set<'a>(&'a [u64], usize);
+    impl ModuleMapper for Set<'_> {
+        fn map_float<const D: usize>(&mut self, mut param: Param<Tensor<D>>) -> Param<Tensor<D>> {
+            if let Some(&id) = self.0.get(self.1) {
+                param.id = ParamId::from(id);
+            }
+            self.1 += 1;
+            param
+        }
+    }
+    let mut s = Set(ids, 0);
+    let m = m.map(&mut s);
+    if s.1 != ids.len() {
+        return Err(format!(
+            "checkpoint names {} parameters, the readout has {}",
+            ids.len(),
+            s.1
+        ));
+    }
+    Ok(m)
+}
+
+/// The path of a checkpoint's weights file (for hashing into a run's record).
+pub fn weights_file(dir: &Path) -> std::path::PathBuf {
+    dir.join(WEIGHTS)
+}
