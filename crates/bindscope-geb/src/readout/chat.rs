@@ -252,6 +252,55 @@ impl ChatFormat {
         Ok((ids, labels, slots))
     }
 
+    /// The evaluation prompt of `question` with `slots` slots: one user turn (the shape of the
+    /// first training turn) under the template with the generation prompt. The labels are all
+    /// [`IGNORE`].
+    ///
+    /// # Errors
+    /// [`ChatFormatError::Item`] naming `id`.
+    pub fn prompt(
+        &self,
+        id: &str,
+        question: &str,
+        slots: usize,
+    ) -> Result<Sequence, ChatFormatError> {
+        let item = |message: String| ChatFormatError::Item {
+            id: id.to_string(),
+            message,
+        };
+        let turn = super::conversation::Turn {
+            question: question.to_string(),
+            answer: String::new(),
+        };
+        let mut m = Self::messages(std::slice::from_ref(&turn), slots);
+        m.truncate(1);
+        let text = self.render(&m, true).map_err(&item)?;
+        let enc = self
+            .tokenizer
+            .encode(text.as_str(), false)
+            .map_err(|e| item(format!("tokenizer: {e}")))?;
+        let input_ids = enc.get_ids().to_vec();
+        let found: Vec<usize> = input_ids
+            .iter()
+            .enumerate()
+            .filter(|&(_, &t)| t == self.embed_pad_id)
+            .map(|(p, _)| p)
+            .collect();
+        if found.len() != slots {
+            return Err(item(format!(
+                "{} {EMBED_PAD} tokens in the prompt, expected {slots} (the question must not contain {EMBED_PAD})",
+                found.len()
+            )));
+        }
+        Ok(Sequence {
+            conversation: id.to_string(),
+            turn: None,
+            labels: vec![IGNORE; input_ids.len()],
+            input_ids,
+            slots: found,
+        })
+    }
+
     /// The sequences of one conversation in `mode` with `slots` slots per sequence (module
     /// docs).
     ///

@@ -77,6 +77,49 @@ impl HostBatch {
         }
     }
 
+    /// Pads prompts on the left (for generation: every row's last position is its last
+    /// token), with [`HostBatch::new`]'s conventions otherwise.
+    ///
+    /// # Panics
+    /// As [`HostBatch::new`].
+    pub fn left_padded(seqs: &[&Sequence], fill: u32) -> Self {
+        let t = seqs.iter().map(|s| s.input_ids.len()).max().unwrap_or(0);
+        let shifted: Vec<Sequence> = seqs
+            .iter()
+            .map(|s| {
+                let pad = t - s.input_ids.len();
+                Sequence {
+                    conversation: s.conversation.clone(),
+                    turn: s.turn,
+                    input_ids: std::iter::repeat_n(fill, pad)
+                        .chain(s.input_ids.iter().copied())
+                        .collect(),
+                    labels: std::iter::repeat_n(IGNORE, pad)
+                        .chain(s.labels.iter().copied())
+                        .collect(),
+                    slots: s.slots.iter().map(|&p| p + pad).collect(),
+                }
+            })
+            .collect();
+        let refs: Vec<&Sequence> = shifted.iter().collect();
+        let mut b = Self::new(&refs, fill);
+        for (i, s) in seqs.iter().enumerate() {
+            let pad = t - s.input_ids.len();
+            for p in 0..t {
+                b.attention_mask[i * t + p] = i64::from(p >= pad);
+            }
+        }
+        b
+    }
+
+    /// The attention mask as rows of 0/1.
+    pub fn mask_rows(&self) -> Vec<Vec<u8>> {
+        self.attention_mask
+            .chunks(self.t.max(1))
+            .map(|r| r.iter().map(|&m| m as u8).collect())
+            .collect()
+    }
+
     /// Real (unpadded) tokens in the batch.
     pub fn tokens(&self) -> usize {
         self.attention_mask.iter().filter(|&&m| m == 1).count()

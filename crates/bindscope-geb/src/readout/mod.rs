@@ -10,6 +10,8 @@
 pub mod adapter;
 pub mod chat;
 pub mod conversation;
+pub mod embeddings;
+pub mod eval;
 pub mod inject;
 pub mod model;
 pub mod train;
