@@ -21,3 +21,4 @@ pub mod pystr;
 pub mod readout;
 pub mod records;
 pub mod score;
+pub mod synth;
