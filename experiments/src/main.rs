@@ -66,8 +66,9 @@ enum Command {
     ProbeAll(probe_all::ProbeAllArgs),
     /// Table 2 and scatter plots from many row.json files.
     Correlate(correlate::CorrelateArgs),
-    /// Generative Embedding Benchmark: `geb score` scores predictions with lmms-eval 0.7.3's
-    /// metrics and bootstrap intervals.
+    /// Generative Embedding Benchmark: the mini-GEB data (`synth`), embeddings (`embed`), the
+    /// generative readout (`train`, `eval`), the leakage audit (`audit`) and lmms-eval 0.7.3
+    /// scoring with bootstrap intervals (`score`).
     Geb(geb::GebArgs),
     /// SABER attribute–object binding benchmark: generate the items, evaluate an encoder.
     Saber(saber::SaberArgs),
@@ -86,7 +87,8 @@ fn main() {
     // Commands that only read or write files run on the CPU whatever device is named (the name
     // must still parse).
     let needs_device = match &cli.command {
-        Command::Correlate(_) | Command::Geb(_) | Command::Devices => false,
+        Command::Correlate(_) | Command::Devices => false,
+        Command::Geb(a) => geb::needs_device(a),
         Command::Saber(a) => saber::needs_device(a),
         Command::Finetune(a) => finetune::needs_device(a),
         _ => true,

@@ -21,4 +21,5 @@ pub mod pystr;
 pub mod readout;
 pub mod records;
 pub mod score;
+pub mod study;
 pub mod synth;

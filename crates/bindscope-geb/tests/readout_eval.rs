@@ -187,7 +187,6 @@ fn batched_answers_equal_each_prompt_alone() {
         &refs,
         &[t(&e, 3)],
         &budgets,
-        &[2],
         2,
         &device,
     )
@@ -199,7 +198,6 @@ fn batched_answers_equal_each_prompt_alone() {
             &[&prompts[i]],
             &[t(&e[i * 24..(i + 1) * 24], 1)],
             &budgets[i..=i],
-            &[2],
             2,
             &device,
         )
@@ -214,7 +212,6 @@ fn batched_answers_equal_each_prompt_alone() {
         &refs,
         &[t(&other, 3)],
         &budgets,
-        &[2],
         2,
         &device,
     )

@@ -23,6 +23,9 @@ use burn::prelude::*;
 use burn::tensor::activation::gelu;
 use rand::Rng;
 
+/// A tensor on the host: shape and row-major values.
+type HostTensor = (Vec<usize>, Vec<f32>);
+
 /// The paper's hidden width of the adapter (`W₁: d → 1024`).
 pub const PAPER_HIDDEN: usize = 1024;
 
@@ -192,7 +195,7 @@ impl EmbeddingAdapter {
     /// # Errors
     /// A failed read-back from the device or a failed write, as text naming the file.
     pub fn save(&self, path: &Path) -> Result<(), String> {
-        let host = |t: Tensor<2>| -> Result<(Vec<usize>, Vec<f32>), String> {
+        let host = |t: Tensor<2>| -> Result<HostTensor, String> {
             let dims = t.dims().to_vec();
             Ok((
                 dims,
@@ -200,7 +203,7 @@ impl EmbeddingAdapter {
             ))
         };
         let row = |t: Tensor<1>| host(t.unsqueeze_dim(0)).map(|(s, v)| (vec![s[1]], v));
-        let tensors: Vec<(&str, (Vec<usize>, Vec<f32>))> = vec![
+        let tensors: Vec<(&str, HostTensor)> = vec![
             ("norm.weight", row(self.norm.gamma.val())?),
             (
                 "norm.bias",

@@ -51,6 +51,9 @@ pub enum Mode {
     VlJoint,
 }
 
+/// Token ids, labels and slot positions of one rendering ([`ChatFormat::supervise`]).
+pub type Tokens = (Vec<u32>, Vec<i64>, Vec<usize>);
+
 /// One training (or evaluation) sequence.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Sequence {
@@ -94,6 +97,7 @@ pub struct ChatFormat {
     template: ChatTemplate,
     embed_pad_id: u32,
     eos: Vec<String>,
+    eos_ids: Vec<u32>,
 }
 
 impl ChatFormat {
@@ -143,7 +147,13 @@ impl ChatFormat {
             template,
             embed_pad_id,
             eos,
+            eos_ids: eos_ids.to_vec(),
         })
+    }
+
+    /// The end-of-turn ids (what generation stops at).
+    pub fn eos_ids(&self) -> &[u32] {
+        &self.eos_ids
     }
 
     /// The slot token's id.
@@ -195,7 +205,7 @@ impl ChatFormat {
         &self,
         messages: &[ChatMessage],
         supervised: &[usize],
-    ) -> Result<(Vec<u32>, Vec<i64>, Vec<usize>), String> {
+    ) -> Result<Tokens, String> {
         let full = self.render(messages, false)?;
         let mut spans = Vec::new();
         for &i in supervised {

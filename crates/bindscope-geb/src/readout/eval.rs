@@ -299,7 +299,9 @@ pub fn mismatch_partners(items: &[ManifestItem]) -> Vec<Option<usize>> {
 /// Greedy answers of one evaluation batch: `prompts` (from
 /// [`super::chat::ChatFormat::prompt`]) left-padded, `embeddings[k]` (`[n, d_k]`, already
 /// arranged for the control) injected at slot `k`, decoded until an EOS id or each row's
-/// `budgets[i]` new tokens, and decoded to text without special tokens.
+/// `budgets[i]` new tokens (the decoder's end-of-turn ids, [`super::chat::ChatFormat::eos_ids`]),
+/// and decoded to text without special tokens. A budget is bounded by the decoder's context:
+/// at most `context − prompt length` new tokens (transformers would refuse the run instead).
 ///
 /// # Errors
 /// A generation or decoding failure, as text.
@@ -309,7 +311,6 @@ pub fn answer_batch(
     prompts: &[&super::chat::Sequence],
     embeddings: &[burn::Tensor<2>],
     budgets: &[usize],
-    eos: &[u32],
     fill: u32,
     device: &burn::prelude::Device,
 ) -> Result<Vec<String>, String> {
@@ -317,9 +318,16 @@ pub fn answer_batch(
     let batch = super::inject::HostBatch::left_padded(prompts, fill);
     let h = readout.slot_embeddings(embeddings);
     let embeds = batch.inputs_embeds(&readout.decoder, &h, device);
+    let room = readout.decoder.spec.context().saturating_sub(batch.t);
+    if room == 0 {
+        return Err(format!(
+            "the prompts take {} positions, the decoder's whole context",
+            batch.t
+        ));
+    }
     let opts = GenerateOptions {
-        max_new_tokens: budgets.iter().copied().max().unwrap_or(1),
-        eos_token_ids: eos.to_vec(),
+        max_new_tokens: budgets.iter().copied().max().unwrap_or(1).min(room),
+        eos_token_ids: fmt.eos_ids().to_vec(),
         pad_token_id: fill,
         ..GenerateOptions::default()
     };

@@ -343,7 +343,7 @@ impl Trainer {
         let file = saved.dir.join(WEIGHTS);
         let model = bindscope_core::load::load_strict(
             self.model.clone(),
-            &[file.clone()],
+            std::slice::from_ref(&file),
             &bindscope_core::LoadOptions::default(),
         )
         .map_err(|e| e.to_string())?;
