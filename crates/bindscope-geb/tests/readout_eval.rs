@@ -181,16 +181,7 @@ fn batched_answers_equal_each_prompt_alone() {
     let t = |rows: &[f32], n: usize| Tensor::<1>::from_floats(rows, &device).reshape([n, 24]);
     let budgets = [6, 9, 4];
     let refs: Vec<_> = prompts.iter().collect();
-    let together = answer_batch(
-        &readout,
-        &fmt,
-        &refs,
-        &[t(&e, 3)],
-        &budgets,
-        2,
-        &device,
-    )
-    .unwrap();
+    let together = answer_batch(&readout, &fmt, &refs, &[t(&e, 3)], &budgets, 2, &device).unwrap();
     for i in 0..3 {
         let alone = answer_batch(
             &readout,
@@ -206,16 +197,8 @@ fn batched_answers_equal_each_prompt_alone() {
     }
     // The embedding reaches the answer: another embedding changes at least one of them.
     let other: Vec<f32> = e.iter().map(|x| -x * 3.0).collect();
-    let changed = answer_batch(
-        &readout,
-        &fmt,
-        &refs,
-        &[t(&other, 3)],
-        &budgets,
-        2,
-        &device,
-    )
-    .unwrap();
+    let changed =
+        answer_batch(&readout, &fmt, &refs, &[t(&other, 3)], &budgets, 2, &device).unwrap();
     assert_ne!(changed, together);
 }
 

@@ -184,9 +184,15 @@ pub fn run(cfg: &TrainRun, out: &Output, ctx: &RunContext) -> Result<TrainReport
     let set =
         TrainSet::new(sequences, tables, cfg.recipe.max_tokens).map_err(anyhow::Error::msg)?;
     let train_sha = file_sha256(&data.train())?;
+    // `max_steps` only says where this invocation stops (the schedule spans the whole run):
+    // a shortened run and its continuation are one run.
+    let whole = TrainRun {
+        max_steps: None,
+        ..cfg.clone()
+    };
     let identity = serde_json::json!({
         "command": "geb train",
-        "run": cfg,
+        "run": whole,
         "slots": slots,
         "decoder_sha256": dec.sha256,
         "embeddings_sha256": hashes,

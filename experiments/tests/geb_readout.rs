@@ -1,0 +1,322 @@
+//! `geb synth` → `geb train` → `geb eval` end to end on tiny models (the `dinov2` fixture as the
+//! embedder, with a preprocessor config written here; the `geb_readout` fixture as the
+//! decoder): a run stopped early and continued ends with the weights of an uninterrupted run,
+//! evaluation writes every control's predictions and scores, and bad inputs are refused with
+//! the item named and nothing written.
+
+mod common;
+
+use common::{fixture, root, scratch, text};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_experiments"));
+    c.current_dir(root());
+    c
+}
+
+fn embedder(dir: &Path) -> PathBuf {
+    let d = dir.join("dino");
+    std::fs::create_dir_all(&d).unwrap();
+    for f in ["config.json", "model.safetensors"] {
+        std::fs::copy(Path::new(&fixture("dinov2")).join(f), d.join(f)).unwrap();
+    }
+    // DINOv2's processor (BitImageProcessor) at the fixture's 24-pixel input.
+    std::fs::write(
+        d.join("preprocessor_config.json"),
+        r#"{"image_processor_type": "BitImageProcessor", "do_resize": true, "size": {"shortest_edge": 24}, "resample": 3, "do_center_crop": true, "crop_size": {"height": 24, "width": 24}, "do_rescale": true, "rescale_factor": 0.00392156862745098, "do_normalize": true, "image_mean": [0.485, 0.456, 0.406], "image_std": [0.229, 0.224, 0.225], "do_convert_rgb": true}"#,
+    )
+    .unwrap();
+    d
+}
+
+fn synth(dir: &Path) -> PathBuf {
+    let data = dir.join("data");
+    let o = bin()
+        .args([
+            "geb",
+            "synth",
+            "--conversations",
+            "16",
+            "--items",
+            "6",
+            "--dev-items",
+            "3",
+        ])
+        .args(["--image-size", "96", "--out"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    data
+}
+
+fn train(data: &Path, emb: &Path, out: &Path, extra: &[&str]) -> std::process::Output {
+    bin()
+        .args(["geb", "train", "--data"])
+        .arg(data)
+        .args([
+            "--decoder",
+            &fixture("geb_readout"),
+            "--mode",
+            "visual-only",
+            "--embedder",
+        ])
+        .arg(emb)
+        .args([
+            "--micro-batch",
+            "2",
+            "--grad-accum",
+            "2",
+            "--adapter-hidden",
+            "16",
+        ])
+        .args([
+            "--lr",
+            "1e-3",
+            "--max-tokens",
+            "200",
+            "--checkpoint-every",
+            "1",
+            "--out",
+        ])
+        .arg(out)
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn train_resume_and_eval_end_to_end() {
+    let dir = scratch("geb-readout", "e2e");
+    std::fs::create_dir_all(&dir).unwrap();
+    let data = synth(&dir);
+    let emb = embedder(&dir);
+    let whole = dir.join("whole");
+    let o = train(&data, &emb, &whole, &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains("4 steps over 16 sequences"),
+        "{}",
+        text(&o)
+    );
+    let log = std::fs::read_to_string(whole.join("train_log.jsonl")).unwrap();
+    assert_eq!(log.lines().count(), 4);
+    // Stopped after 2 steps, then the same command continues from the checkpoint.
+    let split = dir.join("split");
+    let o = train(&data, &emb, &split, &["--max-steps", "2"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = train(&data, &emb, &split, &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("resuming at step 2"), "{}", text(&o));
+    // Tensor by tensor, bit for bit (burn orders the header's metadata map differently from
+    // run to run, so the files' bytes may differ).
+    assert_eq!(
+        tensors(&whole.join("readout.safetensors")),
+        tensors(&split.join("readout.safetensors")),
+        "a continued run ends with the uninterrupted run's weights"
+    );
+    assert_eq!(
+        std::fs::read_to_string(split.join("train_log.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                v["loss"].as_f64().unwrap()
+            })
+            .collect::<Vec<_>>(),
+        log.lines()
+            .map(
+                |l| serde_json::from_str::<serde_json::Value>(l).unwrap()["loss"]
+                    .as_f64()
+                    .unwrap()
+            )
+            .collect::<Vec<_>>(),
+        "the same loss curve"
+    );
+
+    let eval = dir.join("eval");
+    let o = bin()
+        .args(["geb", "eval", "--run"])
+        .arg(&whole)
+        .args([
+            "--batch",
+            "3",
+            "--bootstrap",
+            "100",
+            "--paired-bootstrap",
+            "100",
+            "--out",
+        ])
+        .arg(&eval)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let out = text(&o);
+    for c in [
+        "matched",
+        "zero",
+        "shuffled",
+        "matched − zero",
+        "matched − shuffled",
+    ] {
+        assert!(out.contains(c), "{c}: {out}");
+    }
+    for c in ["matched", "zero", "shuffled"] {
+        let p = std::fs::read_to_string(eval.join(format!("predictions-{c}.jsonl"))).unwrap();
+        assert_eq!(p.lines().count(), 6, "{c}");
+        assert!(eval.join(format!("score-{c}/summary.json")).is_file());
+    }
+    assert!(eval.join("score-matched-vs-zero/summary.json").is_file());
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(eval.join("eval.json")).unwrap()).unwrap();
+    assert_eq!(report["conditions"].as_array().unwrap().len(), 3);
+
+    // The mismatch control needs a question slot.
+    let o = bin()
+        .args(["geb", "eval", "--run"])
+        .arg(&whole)
+        .args(["--controls", "mismatch", "--out"])
+        .arg(dir.join("eval-mismatch"))
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(
+        text(&o).contains("mismatch control needs a VL-joint readout"),
+        "{}",
+        text(&o)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bad_training_inputs_are_refused_by_name() {
+    let dir = scratch("geb-readout", "bad");
+    std::fs::create_dir_all(&dir).unwrap();
+    let data = synth(&dir);
+    let emb = embedder(&dir);
+    // No embedder named.
+    let o = bin()
+        .args(["geb", "train", "--data"])
+        .arg(&data)
+        .args([
+            "--decoder",
+            &fixture("geb_readout"),
+            "--mode",
+            "visual-only",
+        ])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(
+        text(&o).contains("--embedder MODEL, --embeddings FILE or --text-only"),
+        "{}",
+        text(&o)
+    );
+    // VL-joint with a vision encoder alone.
+    let o = bin()
+        .args(["geb", "train", "--data"])
+        .arg(&data)
+        .args([
+            "--decoder",
+            &fixture("geb_readout"),
+            "--mode",
+            "vl-joint",
+            "--embedder",
+        ])
+        .arg(&emb)
+        .output()
+        .unwrap();
+    assert!(text(&o).contains("needs --text-embedder"), "{}", text(&o));
+    // Conversations with problems: each named, nothing trained.
+    let bad = dir.join("bad");
+    std::fs::create_dir_all(bad.join("images")).unwrap();
+    std::fs::write(
+        bad.join("train.json"),
+        r#"[{"id": "a", "image": "x.png", "conversations": [{"from": "gpt", "value": "hi"}]},
+            {"id": "b", "image": "x.png", "conversations": [{"from": "human", "value": "no image"}, {"from": "gpt", "value": "x"}]},
+            {"id": "c", "image": "x.png", "conversations": [{"from": "human", "value": "<image>\n<image> twice"}, {"from": "gpt", "value": "x"}]}]"#,
+    )
+    .unwrap();
+    let out = dir.join("never");
+    let o = train(&bad, &emb, &out, &[]);
+    assert!(!o.status.success());
+    let t = text(&o);
+    assert!(t.contains("3 of 3 conversations are malformed"), "{t}");
+    assert!(
+        t.contains("conversation 0 (id \"a\"): no human turn"),
+        "{t}"
+    );
+    assert!(t.contains("conversation 1 (id \"b\"): no `<image>`"), "{t}");
+    assert!(
+        t.contains("conversation 2 (id \"c\"): `<image>` appears 2 times"),
+        "{t}"
+    );
+    assert!(!out.exists(), "nothing written");
+    // An imported embedding file that does not cover the images.
+    let partial = dir.join("partial.safetensors");
+    bindscope_geb_file(&partial);
+    let o = bin()
+        .args(["geb", "train", "--data"])
+        .arg(&data)
+        .args([
+            "--decoder",
+            &fixture("geb_readout"),
+            "--mode",
+            "visual-only",
+            "--embeddings",
+        ])
+        .arg(&partial)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(
+        text(&o).contains("no embedding for 16 of the 16 ids"),
+        "{}",
+        text(&o)
+    );
+    assert!(!out.exists(), "nothing written");
+    // A missing image.
+    let broken = dir.join("broken");
+    std::fs::create_dir_all(broken.join("images")).unwrap();
+    std::fs::copy(data.join("train.json"), broken.join("train.json")).unwrap();
+    let o = train(&broken, &emb, &out, &[]);
+    assert!(!o.status.success());
+    assert!(
+        text(&o).contains("16 of 16 images could not be read"),
+        "{}",
+        text(&o)
+    );
+    assert!(!out.exists(), "nothing written");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// An embedding file (safetensors `embeddings` + `ids` metadata) for ids that are not in the
+/// data.
+fn bindscope_geb_file(path: &Path) {
+    let bytes: Vec<u8> = [0.5f32; 8].iter().flat_map(|x| x.to_le_bytes()).collect();
+    let view =
+        safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![2, 4], &bytes).unwrap();
+    let meta = std::collections::HashMap::from([(
+        "ids".to_string(),
+        r#"["elsewhere/1.png", "elsewhere/2.png"]"#.to_string(),
+    )]);
+    std::fs::write(
+        path,
+        safetensors::serialize([("embeddings", view)], Some(meta)).unwrap(),
+    )
+    .unwrap();
+}
+
+/// Every tensor of a safetensors file: name → (shape, bytes).
+fn tensors(path: &Path) -> std::collections::BTreeMap<String, (Vec<usize>, Vec<u8>)> {
+    let bytes = std::fs::read(path).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    st.tensors()
+        .into_iter()
+        .map(|(k, v)| (k, (v.shape().to_vec(), v.data().to_vec())))
+        .collect()
+}
