@@ -39,6 +39,24 @@ enum GebCommand {
     Train(TrainArgs),
     /// Answer a manifest with a trained readout under the controls and score every condition.
     Eval(EvalArgs),
+    /// Leakage audit: images shared between train, dev and test (decoded-pixel SHA-256 and a
+    /// perceptual hash); prints the counts and writes audit.json with every offender.
+    Audit(AuditArgs),
+}
+
+/// Arguments of `experiments geb audit`.
+#[derive(clap::Args, Debug)]
+pub struct AuditArgs {
+    /// The data directory (train.json, dev.jsonl, test.jsonl, images/).
+    #[arg(long)]
+    data: PathBuf,
+    /// Images whose perceptual hashes (64 bits) differ in at most this many bits are reported
+    /// as near-duplicates (0: identical hashes only).
+    #[arg(long, default_value_t = 0)]
+    max_distance: u32,
+    /// Where to write the report (default: DATA/audit.json).
+    #[arg(long)]
+    out: Option<PathBuf>,
 }
 
 /// `true` for the commands that compute on a device.
@@ -268,7 +286,49 @@ pub fn run(args: GebArgs, ctx: &RunContext) -> Result<()> {
         GebCommand::Synth(a) => run_synth(a),
         GebCommand::Train(a) => run_train(a, ctx),
         GebCommand::Eval(a) => run_eval(a, ctx),
+        GebCommand::Audit(a) => run_audit(a),
     }
+}
+
+fn run_audit(a: AuditArgs) -> Result<()> {
+    let r = bindscope_geb::study::audit::run(&a.data, a.max_distance, a.out.as_deref())?;
+    let images: Vec<String> = r.images.iter().map(|(k, v)| format!("{k} {v}")).collect();
+    println!("images: {}", images.join(", "));
+    for (pair, c) in &r.counts {
+        println!(
+            "{pair:<11} exact {:>4}  near (≤ {} bits) {:>4}",
+            c.get("exact").copied().unwrap_or(0),
+            r.max_distance,
+            c.get("near").copied().unwrap_or(0)
+        );
+    }
+    for o in r.overlaps.iter().take(20) {
+        println!("  {} {} ~ {} (distance {})", o.kind, o.a, o.b, o.distance);
+    }
+    if r.overlaps.len() > 20 {
+        println!("  … {} more in audit.json", r.overlaps.len() - 20);
+    }
+    if !r.sha256_mismatches.is_empty() {
+        println!(
+            "{} manifest items whose sha256 is not their file's: {}",
+            r.sha256_mismatches.len(),
+            r.sha256_mismatches
+                .iter()
+                .take(20)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    println!(
+        "{}",
+        if r.overlaps.is_empty() && r.sha256_mismatches.is_empty() {
+            "no overlaps"
+        } else {
+            "overlaps found"
+        }
+    );
+    Ok(())
 }
 
 fn run_synth(a: SynthArgs) -> Result<()> {

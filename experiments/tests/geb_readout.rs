@@ -320,3 +320,54 @@ fn tensors(path: &Path) -> std::collections::BTreeMap<String, (Vec<usize>, Vec<u
         .map(|(k, v)| (k, (v.shape().to_vec(), v.data().to_vec())))
         .collect()
 }
+
+#[test]
+fn audit_finds_a_test_image_copied_into_train_and_a_wrong_manifest_hash() {
+    let dir = scratch("geb-readout", "audit");
+    std::fs::create_dir_all(&dir).unwrap();
+    let data = synth(&dir);
+    let audit = |extra: &[&str]| {
+        bin()
+            .args(["geb", "audit", "--data"])
+            .arg(&data)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let o = audit(&[]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("no overlaps"), "{}", text(&o));
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(data.join("audit.json")).unwrap()).unwrap();
+    assert_eq!(report["images"]["train"], 16);
+    // A test image re-saved as a training image: the same pixels, whatever the file.
+    let img = image::open(data.join("images/test/000000.png")).unwrap();
+    img.save(data.join("images/train/000005.png")).unwrap();
+    let o = audit(&[]);
+    let t = text(&o);
+    assert!(t.contains("train-test  exact    1"), "{t}");
+    assert!(
+        t.contains("exact train/train/000005.png ~ test/test/000000.png"),
+        "{t}"
+    );
+    assert!(t.contains("overlaps found"), "{t}");
+    // A manifest line whose sha256 is not its file's.
+    let m = std::fs::read_to_string(data.join("dev.jsonl")).unwrap();
+    let mut lines: Vec<serde_json::Value> = m
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let id = lines[0]["id"].as_str().unwrap().to_string();
+    lines[0]["sha256"] = serde_json::Value::from("0".repeat(64));
+    let text_out: String = lines.iter().map(|v| format!("{v}\n")).collect();
+    std::fs::write(data.join("dev.jsonl"), text_out).unwrap();
+    let o = audit(&[]);
+    assert!(
+        text(&o).contains(&format!(
+            "1 manifest items whose sha256 is not their file's: dev/{id}"
+        )),
+        "{}",
+        text(&o)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -14,6 +14,7 @@
 //!   image and question;
 //! - the text-only control (`--text-only`): no slot.
 
+pub mod audit;
 pub mod embed;
 pub mod evaluate;
 pub mod train;
