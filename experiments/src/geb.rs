@@ -188,16 +188,17 @@ pub struct EvalArgs {
     #[arg(long)]
     run: PathBuf,
     /// The manifest split: dev or test.
-    #[arg(long, default_value = "test")]
+    #[arg(long, default_value = "test", value_parser = ["dev", "test"])]
     split: String,
     /// Another data directory (default: the training run's).
     #[arg(long)]
     data: Option<PathBuf>,
     #[command(flatten)]
     embedder: EmbedderArgs,
-    /// Controls besides matched, comma-separated: zero, shuffled, mismatch (VL-joint).
-    #[arg(long, value_delimiter = ',', value_parser = parse_control, default_value = "zero,shuffled")]
-    controls: Vec<Control>,
+    /// Controls besides matched, comma-separated: zero, shuffled, mismatch (VL-joint), or
+    /// none. Default: zero,shuffled (none for a text-only readout).
+    #[arg(long, value_parser = parse_controls)]
+    controls: Option<Controls>,
     /// Items per generation batch (≥ 2: the shuffled control shifts within a batch).
     #[arg(long, default_value_t = 16)]
     batch: usize,
@@ -229,14 +230,26 @@ fn parse_mode(s: &str) -> std::result::Result<Mode, String> {
     }
 }
 
-fn parse_control(s: &str) -> std::result::Result<Control, String> {
-    match s {
-        "zero" => Ok(Control::Zero),
-        "shuffled" => Ok(Control::Shuffled),
-        "mismatch" => Ok(Control::Mismatch),
-        "matched" => Ok(Control::Matched),
-        _ => Err(format!("'{s}': expected zero, shuffled or mismatch")),
+/// A parsed `--controls` list.
+#[derive(Debug, Clone)]
+struct Controls(Vec<Control>);
+
+fn parse_controls(s: &str) -> std::result::Result<Controls, String> {
+    if s == "none" {
+        return Ok(Controls(Vec::new()));
     }
+    s.split(',')
+        .map(|c| match c {
+            "zero" => Ok(Control::Zero),
+            "shuffled" => Ok(Control::Shuffled),
+            "mismatch" => Ok(Control::Mismatch),
+            "matched" => Ok(Control::Matched),
+            _ => Err(format!(
+                "'{c}': expected zero, shuffled or mismatch (comma-separated), or none"
+            )),
+        })
+        .collect::<std::result::Result<_, _>>()
+        .map(Controls)
 }
 
 /// Arguments of `experiments geb score`.
@@ -369,6 +382,19 @@ fn run_train(a: TrainArgs, ctx: &RunContext) -> Result<()> {
     cfg.adapter_hidden = a.adapter_hidden;
     cfg.max_steps = a.max_steps;
     let r = bindscope_geb::study::train::run(&cfg, &Output::new(a.out, a.fresh), ctx)?;
+    if !r.skipped.is_empty() {
+        println!(
+            "{} sequences left out (no supervised token within --max-tokens): {}{}",
+            r.skipped.len(),
+            r.skipped
+                .iter()
+                .take(20)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", "),
+            if r.skipped.len() > 20 { ", …" } else { "" }
+        );
+    }
     println!(
         "{} steps over {} sequences ({} truncated), {:.3} s/step, last loss {}",
         r.steps,
@@ -387,7 +413,7 @@ fn run_eval(a: EvalArgs, ctx: &RunContext) -> Result<()> {
         split: a.split,
         data: a.data,
         embedder: a.embedder.resolve(),
-        controls: a.controls,
+        controls: a.controls.map(|c| c.0),
         batch: a.batch,
         resamples: a.bootstrap,
         paired_resamples: a.paired_bootstrap,
@@ -408,6 +434,12 @@ fn run_eval(a: EvalArgs, ctx: &RunContext) -> Result<()> {
             print!("   matched − {}: {g:+.2} pp{}", c.control.name(), ci(gci));
         }
         println!();
+    }
+    if r.shuffled_same_image > 0 {
+        println!(
+            "shuffled: {} items still received an embedding of their own image (a batch of one, or neighbours sharing an image)",
+            r.shuffled_same_image
+        );
     }
     if !r.mismatch_left_out.is_empty() {
         println!(

@@ -66,9 +66,9 @@ enum Command {
     ProbeAll(probe_all::ProbeAllArgs),
     /// Table 2 and scatter plots from many row.json files.
     Correlate(correlate::CorrelateArgs),
-    /// Generative Embedding Benchmark: the mini-GEB data (`synth`), embeddings (`embed`), the
-    /// generative readout (`train`, `eval`), the leakage audit (`audit`) and lmms-eval 0.7.3
-    /// scoring with bootstrap intervals (`score`).
+    /// Generative Embedding Benchmark: the mini-GEB data (`synth`), the generative readout
+    /// (`train`, `eval`), the leakage audit (`audit`) and lmms-eval 0.7.3 scoring with
+    /// bootstrap intervals (`score`).
     Geb(geb::GebArgs),
     /// SABER attribute–object binding benchmark: generate the items, evaluate an encoder.
     Saber(saber::SaberArgs),

@@ -187,6 +187,74 @@ fn train_resume_and_eval_end_to_end() {
         "{}",
         text(&o)
     );
+    assert!(
+        !dir.join("eval-mismatch").exists(),
+        "a refused evaluation leaves nothing"
+    );
+
+    // The text-only control: trained without a slot, evaluated without controls by default.
+    let to = dir.join("text-only");
+    let o = bin()
+        .args(["geb", "train", "--data"])
+        .arg(&data)
+        .args([
+            "--decoder",
+            &fixture("geb_readout"),
+            "--mode",
+            "visual-only",
+            "--text-only",
+        ])
+        .args([
+            "--micro-batch",
+            "2",
+            "--grad-accum",
+            "2",
+            "--max-tokens",
+            "200",
+            "--out",
+        ])
+        .arg(&to)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let o = bin()
+        .args(["geb", "eval", "--run"])
+        .arg(&to)
+        .args(["--bootstrap", "0", "--paired-bootstrap", "0", "--out"])
+        .arg(dir.join("eval-text-only"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        dir.join("eval-text-only/predictions-matched.jsonl")
+            .is_file()
+    );
+    assert!(!dir.join("eval-text-only/predictions-zero.jsonl").exists());
+    // The cache is keyed by the embedder's identity: another model in a directory of the same
+    // name gets its own file.
+    let other = dir.join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    let renamed = embedder(&other);
+    let mut cfg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(renamed.join("config.json")).unwrap())
+            .unwrap();
+    cfg["layer_norm_eps"] = serde_json::Value::from(1e-5);
+    std::fs::write(renamed.join("config.json"), cfg.to_string()).unwrap();
+    std::fs::write(
+        renamed.join("preprocessor_config.json"),
+        std::fs::read_to_string(emb.join("preprocessor_config.json"))
+            .unwrap()
+            .replace("0.485", "0.5"),
+    )
+    .unwrap();
+    let o = train(&data, &renamed, &dir.join("renamed"), &["--max-steps", "1"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let caches: Vec<_> = std::fs::read_dir(data.join("embeddings"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("dino-") && n.ends_with(".image.safetensors"))
+        .collect();
+    assert_eq!(caches.len(), 2, "{caches:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -286,7 +354,7 @@ fn bad_training_inputs_are_refused_by_name() {
     let o = train(&broken, &emb, &out, &[]);
     assert!(!o.status.success());
     assert!(
-        text(&o).contains("16 of 16 images could not be read"),
+        text(&o).contains("16 of 16 image(s) could not be read"),
         "{}",
         text(&o)
     );

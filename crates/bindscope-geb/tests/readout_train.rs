@@ -198,3 +198,56 @@ fn cosine_schedule_is_transformers_without_warmup() {
     // max(0, 0.5 · (1 + cos(π · 0.9))) = 0.024471741852423234.
     assert!((c.lr_at(9, 10) / 1e-4 - 0.024_471_741_852_423_234).abs() < 1e-15);
 }
+
+#[test]
+fn sequences_without_a_supervised_token_within_max_tokens_are_left_out_and_listed() {
+    let full = data();
+    let n = full.sequences.len();
+    let set = TrainSet::new(full.sequences.clone(), full.slots.clone(), 70).unwrap();
+    assert!(
+        !set.skipped.is_empty(),
+        "late VL-joint turns lie past 70 tokens"
+    );
+    assert_eq!(set.sequences.len() + set.skipped.len(), n);
+    for (t, d) in set.slots.iter().zip([24, 16]) {
+        assert_eq!(
+            t.rows.len(),
+            set.sequences.len() * d,
+            "slot rows follow the sequences"
+        );
+    }
+    // The kept rows are the kept sequences' own rows.
+    let kept: Vec<usize> = full
+        .sequences
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| {
+            let name = match s.turn {
+                Some(t) => format!("{}#{t}", s.conversation),
+                None => s.conversation.clone(),
+            };
+            !set.skipped.contains(&name)
+        })
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(kept.len(), set.sequences.len());
+    for (j, &i) in kept.iter().enumerate() {
+        assert_eq!(
+            set.slots[0].rows[j * 24..(j + 1) * 24],
+            full.slots[0].rows[i * 24..(i + 1) * 24]
+        );
+    }
+    for s in &set.sequences {
+        assert!(s.input_ids.len() <= 70);
+        assert!(
+            s.labels
+                .iter()
+                .skip(1)
+                .any(|&l| l != bindscope_geb::readout::chat::IGNORE)
+        );
+    }
+    assert!(
+        TrainSet::new(full.sequences, full.slots, 2).is_err(),
+        "nothing left"
+    );
+}

@@ -102,6 +102,17 @@ pub fn parse_record(record: &Value) -> Result<Conversation, String> {
         }
         None => return Err("no `conversations`".into()),
     };
+    for (i, t) in turns.iter().enumerate() {
+        match t.get("from").and_then(Value::as_str) {
+            Some("human" | "gpt") => {}
+            Some(other) => {
+                return Err(format!(
+                    "turn {i}: `from` is {other:?}; expected \"human\" or \"gpt\""
+                ));
+            }
+            None => return Err(format!("turn {i}: `from` must be \"human\" or \"gpt\"")),
+        }
+    }
     if !turns
         .iter()
         .any(|t| t.get("from") == Some(&Value::from("human")))

@@ -93,8 +93,11 @@ pub enum ManifestError {
         /// What is wrong.
         message: String,
     },
+    /// The file could not be read (the message names it).
+    #[error("{0}")]
+    Read(String),
     /// Bad lines; nothing was read.
-    #[error("{path}: {count} bad lines (nothing was read):\n{}", shown.join("\n"))]
+    #[error("{path}: {count} bad line(s) (nothing was read):\n{}", shown.join("\n"))]
     Lines {
         /// The file.
         path: String,
@@ -186,10 +189,7 @@ pub fn parse_item(line: &str) -> Result<ManifestItem, String> {
 pub fn read_manifest(path: &Path) -> Result<Vec<ManifestItem>, ManifestError> {
     let p = path.display().to_string();
     let text = bindscope_data::textfile::read_text_file(path)
-        .map_err(|e| ManifestError::File {
-            path: p.clone(),
-            message: e.to_string(),
-        })?
+        .map_err(|e| ManifestError::Read(e.to_string()))?
         .text;
     let mut items = Vec::new();
     let mut bad = Vec::new();

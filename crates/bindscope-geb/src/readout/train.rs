@@ -127,14 +127,18 @@ pub struct TrainSet {
     /// The ids of the conversations whose sequences were cut at `max_tokens`, with their
     /// original lengths.
     pub truncated: Vec<(String, usize)>,
+    /// Sequences left out because no supervised token is left within `max_tokens` (a late
+    /// VL-joint turn of a long conversation): `conversation` or `conversation#turn`.
+    pub skipped: Vec<String>,
 }
 
 impl TrainSet {
     /// Cuts every sequence longer than `max_tokens` (labels and slots with it; a sequence whose
-    /// slots would be cut, or with no supervised token left, is an error naming it).
+    /// slots would be cut is an error naming it). A sequence with no supervised token left is
+    /// left out with its slot rows, and listed in [`TrainSet::skipped`].
     ///
     /// # Errors
-    /// As above, or a table whose row count is not the number of sequences.
+    /// As above, a table whose row count is not the number of sequences, or nothing left.
     pub fn new(
         mut sequences: Vec<Sequence>,
         slots: Vec<SlotTable>,
@@ -162,17 +166,49 @@ impl TrainSet {
                     ));
                 }
             }
-            if !s.labels.iter().skip(1).any(|&l| l != IGNORE) {
-                return Err(format!(
-                    "conversation {:?} (turn {:?}): no supervised token within {max_tokens} tokens",
-                    s.conversation, s.turn
-                ));
-            }
         }
+        let keep: Vec<bool> = sequences
+            .iter()
+            .map(|s| s.labels.iter().skip(1).any(|&l| l != IGNORE))
+            .collect();
+        let skipped: Vec<String> = sequences
+            .iter()
+            .zip(&keep)
+            .filter(|(_, k)| !**k)
+            .map(|(s, _)| match s.turn {
+                Some(t) => format!("{}#{t}", s.conversation),
+                None => s.conversation.clone(),
+            })
+            .collect();
+        if skipped.len() == sequences.len() {
+            return Err(format!(
+                "no sequence has a supervised token within --max-tokens {max_tokens}"
+            ));
+        }
+        let slots = slots
+            .into_iter()
+            .map(|t| SlotTable {
+                dim: t.dim,
+                rows: t
+                    .rows
+                    .chunks(t.dim.max(1))
+                    .zip(&keep)
+                    .filter(|(_, k)| **k)
+                    .flat_map(|(r, _)| r.to_vec())
+                    .collect(),
+            })
+            .collect();
+        let sequences = sequences
+            .into_iter()
+            .zip(&keep)
+            .filter(|(_, k)| **k)
+            .map(|(s, _)| s)
+            .collect();
         Ok(Self {
             sequences,
             slots,
             truncated,
+            skipped,
         })
     }
 }

@@ -1,5 +1,5 @@
-//! `geb embed`: the frozen embedder's embeddings of a GEB data directory, computed once and
-//! cached (module [`crate::readout::embeddings`] for the file format).
+//! The frozen embedder's embeddings of a GEB data directory, computed once and cached per
+//! embedder identity ([`model_identity`]: weights, preprocessing, tokenizer) (module [`crate::readout::embeddings`] for the file format).
 //!
 //! Images are keyed by their `image` path as the data writes it (relative to `images/`), so
 //! a training conversation and an evaluation item of the same file share a row. The image
@@ -93,7 +93,7 @@ pub fn embed_images(
     bar.finish_and_clear();
     if !bad.is_empty() {
         bail!(
-            "{} of {} images could not be read (nothing was embedded):\n{}",
+            "{} of {} image(s) could not be read (nothing was embedded):\n{}",
             bad.len(),
             ids.len(),
             bad.iter().take(20).cloned().collect::<Vec<_>>().join("\n")
@@ -145,10 +145,38 @@ pub fn embed_questions(
     ))
 }
 
-/// The cache path of `slot` for an embedder in `dir`: `<dir>/<slug(spec)>.<slot>.safetensors`.
-pub fn cache_path(dir: &Path, spec: &str, slot: &str) -> PathBuf {
+/// What an embedder's output depends on, as 12 hex digits: the SHA-256 of its weights' hash,
+/// its `config.json`, its `preprocessor_config.json` and its `tokenizer.json` (those it has).
+///
+/// # Errors
+/// An unresolvable spec or unreadable files.
+pub fn model_identity(spec: &str) -> Result<String> {
+    use sha2::{Digest, Sha256};
+    let ckpt = bindscope_core::Checkpoint::resolve(spec).with_context(|| spec.to_string())?;
+    let mut h = Sha256::new();
+    h.update(ckpt.weights_sha256()?.as_bytes());
+    h.update(
+        std::fs::read(&ckpt.config)
+            .with_context(|| format!("reading {}", ckpt.config.display()))?,
+    );
+    for f in [&ckpt.preprocessor_config, &ckpt.tokenizer]
+        .into_iter()
+        .flatten()
+    {
+        h.update(std::fs::read(f).with_context(|| format!("reading {}", f.display()))?);
+    }
+    Ok(h.finalize()
+        .iter()
+        .take(6)
+        .map(|b| format!("{b:02x}"))
+        .collect())
+}
+
+/// The cache path of `slot` for an embedder in `dir`:
+/// `<dir>/<slug(spec)>-<identity>.<slot>.safetensors` ([`model_identity`]).
+pub fn cache_path(dir: &Path, spec: &str, identity: &str, slot: &str) -> PathBuf {
     dir.join(format!(
-        "{}.{slot}.safetensors",
+        "{}-{identity}.{slot}.safetensors",
         bindscope_core::run::slug(spec)
     ))
 }

@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use super::embed::Needs;
 use super::train::{ReadoutRecord, open_decoder};
-use super::{DataDir, Embedder, SlotKind, file_sha256, slot_files};
+use super::{DataDir, Embedder, SlotKind, file_sha256, rows_sha256, slot_files};
 use crate::readout::adapter::EmbeddingAdapter;
 use crate::readout::eval::{
     Control, ManifestItem, answer_batch, arrange, max_new_tokens, mismatch_partners, read_manifest,
@@ -40,8 +40,9 @@ pub struct EvalRun {
     pub data: Option<PathBuf>,
     /// The embeddings (default: the training run's).
     pub embedder: Option<Embedder>,
-    /// The controls besides matched.
-    pub controls: Vec<Control>,
+    /// The controls besides matched (`None`: zero and shuffled, or none for a text-only
+    /// readout).
+    pub controls: Option<Vec<Control>>,
     /// Items per generation batch (≥ 2).
     pub batch: usize,
     /// Marginal / paired bootstrap resamples and seed.
@@ -121,12 +122,6 @@ pub fn load_readout(
 /// A training run that is incomplete, a bad manifest (every bad line named), embeddings that
 /// do not cover the items, model or device failures.
 pub fn run(cfg: &EvalRun, out: &Output, ctx: &RunContext) -> Result<EvalReport> {
-    if cfg.batch < 2 {
-        bail!(
-            "--batch {}: the shuffled control shifts within a batch, so it must be at least 2",
-            cfg.batch
-        );
-    }
     let rec_path = cfg.run.join("readout.json");
     if !rec_path.is_file() {
         bail!(
@@ -151,7 +146,56 @@ pub fn run(cfg: &EvalRun, out: &Output, ctx: &RunContext) -> Result<EvalReport> 
     }
     let mut items = read_manifest(&data.manifest(&cfg.split))?;
     if let Some(l) = cfg.limit {
+        if l == 0 {
+            bail!("--limit 0: nothing to evaluate");
+        }
         items.truncate(l);
+    }
+    if record.steps < record.total_steps {
+        eprintln!(
+            "warning: {} was trained for {} of its {} steps (stopped by --max-steps)",
+            cfg.run.display(),
+            record.steps,
+            record.total_steps
+        );
+    }
+    // Every check before the run directory exists: a refused evaluation leaves nothing behind.
+    let question_slot = slots
+        .iter()
+        .position(|&s| s == SlotKind::Question && slots.len() > 1);
+    let partners = mismatch_partners(&items);
+    let asked = cfg.controls.clone().unwrap_or_else(|| {
+        if slots.is_empty() {
+            Vec::new()
+        } else {
+            vec![Control::Zero, Control::Shuffled]
+        }
+    });
+    let mut controls = vec![Control::Matched];
+    for c in asked {
+        if c == Control::Mismatch && question_slot.is_none() {
+            bail!(
+                "the mismatch control needs a VL-joint readout with a separate question embedding"
+            );
+        }
+        if c == Control::Mismatch && partners.iter().all(Option::is_none) {
+            bail!(
+                "the mismatch control: no item of {} has another question about its image",
+                data.manifest(&cfg.split).display()
+            );
+        }
+        if !controls.contains(&c) {
+            controls.push(c);
+        }
+    }
+    if slots.is_empty() && controls.len() > 1 {
+        bail!("a text-only readout has no embedding to replace: evaluate it with --controls none");
+    }
+    if controls.contains(&Control::Shuffled) && cfg.batch < 2 {
+        bail!(
+            "--batch {}: the shuffled control shifts within a batch, so it must be at least 2",
+            cfg.batch
+        );
     }
     let mut needs = Needs::default();
     for it in &items {
@@ -179,8 +223,8 @@ pub fn run(cfg: &EvalRun, out: &Output, ctx: &RunContext) -> Result<EvalReport> 
                 record.adapters[tables.len()].embed
             );
         }
+        hashes.push(rows_sha256(&keys, &rows));
         tables.push(rows);
-        hashes.push(file_sha256(path)?);
     }
     let identity = serde_json::json!({
         "command": "geb eval",
@@ -196,24 +240,6 @@ pub fn run(cfg: &EvalRun, out: &Output, ctx: &RunContext) -> Result<EvalReport> 
     )?;
     let dec = open_decoder(&record.run.decoder)?;
     let readout = load_readout(&cfg.run, &record, &ctx.device)?;
-    let question_slot = slots
-        .iter()
-        .position(|&s| s == SlotKind::Question && slots.len() > 1);
-    let partners = mismatch_partners(&items);
-    let mut controls = vec![Control::Matched];
-    for &c in &cfg.controls {
-        if c == Control::Mismatch && question_slot.is_none() {
-            bail!(
-                "the mismatch control needs a VL-joint readout with a separate question embedding"
-            );
-        }
-        if !controls.contains(&c) {
-            controls.push(c);
-        }
-    }
-    if slots.is_empty() && controls.len() > 1 {
-        bail!("a text-only readout has no embedding to replace: evaluate it without controls");
-    }
     let prompts: Vec<_> = items
         .iter()
         .map(|it| dec.format.prompt(&it.id, &it.question, slots.len()))

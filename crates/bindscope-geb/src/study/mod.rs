@@ -172,6 +172,22 @@ impl DataDir {
     }
 }
 
+/// The SHA-256 (hex) of the embedding rows a run uses, with their keys in order: what a run's
+/// identity records (a cache file grows as splits are added; the rows a run reads do not
+/// change).
+pub fn rows_sha256(keys: &[String], rows: &[f32]) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for k in keys {
+        h.update((k.len() as u64).to_le_bytes());
+        h.update(k.as_bytes());
+    }
+    for x in rows {
+        h.update(x.to_le_bytes());
+    }
+    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// The SHA-256 of a file, hex.
 ///
 /// # Errors
@@ -220,34 +236,67 @@ pub fn slot_files(
                     SlotKind::Image => vision.clone(),
                     SlotKind::Question => text.clone().expect("checked by slots()"),
                 };
-                let path = embed::cache_path(&data.cache(), &spec, slot.name());
-                let wanted: Vec<String> = match slot {
-                    SlotKind::Image => needs.images.iter().cloned().collect(),
-                    SlotKind::Question => needs.questions.iter().map(|(k, _)| k.clone()).collect(),
-                };
-                let cached = if path.is_file() {
-                    let f = EmbeddingFile::read(&path).map_err(anyhow::Error::msg)?;
-                    let refs: Vec<&str> = wanted.iter().map(String::as_str).collect();
-                    f.lookup(&refs, "cache").is_ok().then_some(f)
+                // The cache is keyed by what the embedding depends on (the weights, the
+                // preprocessing, the tokenizer), not by the directory's name alone.
+                let identity = embed::model_identity(&spec)?;
+                let path = embed::cache_path(&data.cache(), &spec, &identity, slot.name());
+                let mut f = if path.is_file() {
+                    Some(EmbeddingFile::read(&path).map_err(anyhow::Error::msg)?)
                 } else {
                     None
                 };
-                let f = match cached {
-                    Some(f) => f,
-                    None => {
-                        let (f, _) = match slot {
-                            SlotKind::Image => {
-                                embed::embed_images(&spec, &data.images(), needs, batch, ctx)?
-                            }
-                            SlotKind::Question => embed::embed_questions(&spec, needs, batch, ctx)?,
-                        };
-                        std::fs::create_dir_all(data.cache())
-                            .with_context(|| format!("creating {}", data.cache().display()))?;
-                        f.write(&path).map_err(anyhow::Error::msg)?;
-                        f
-                    }
+                let have: std::collections::HashSet<String> = f
+                    .as_ref()
+                    .map(|f| f.ids.iter().cloned().collect())
+                    .unwrap_or_default();
+                // Only what the cache lacks is computed; the cache keeps every split's rows.
+                let todo = embed::Needs {
+                    images: needs
+                        .images
+                        .iter()
+                        .filter(|i| !have.contains(*i))
+                        .cloned()
+                        .collect(),
+                    questions: needs
+                        .questions
+                        .iter()
+                        .filter(|(k, _)| !have.contains(k))
+                        .cloned()
+                        .collect(),
                 };
-                (f, path)
+                let pending = match slot {
+                    SlotKind::Image => !todo.images.is_empty(),
+                    SlotKind::Question => !todo.questions.is_empty(),
+                };
+                if pending {
+                    let (new, _) = match slot {
+                        SlotKind::Image => {
+                            embed::embed_images(&spec, &data.images(), &todo, batch, ctx)?
+                        }
+                        SlotKind::Question => embed::embed_questions(&spec, &todo, batch, ctx)?,
+                    };
+                    let merged = match f.take() {
+                        None => new,
+                        Some(mut old) => {
+                            if old.dim != new.dim {
+                                bail!(
+                                    "{}: {}-dimensional rows, the embedder now gives {}",
+                                    path.display(),
+                                    old.dim,
+                                    new.dim
+                                );
+                            }
+                            old.ids.extend(new.ids);
+                            old.rows.extend(new.rows);
+                            old
+                        }
+                    };
+                    std::fs::create_dir_all(data.cache())
+                        .with_context(|| format!("creating {}", data.cache().display()))?;
+                    merged.write(&path).map_err(anyhow::Error::msg)?;
+                    f = Some(merged);
+                }
+                (f.expect("computed or cached"), path)
             }
         };
         out.push((file, path));

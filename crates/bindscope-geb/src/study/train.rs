@@ -20,7 +20,7 @@ use bindscope_models::llama::LlamaForCausalLM;
 use serde::{Deserialize, Serialize};
 
 use super::embed::Needs;
-use super::{DataDir, Embedder, SlotKind, file_sha256, slot_files};
+use super::{DataDir, Embedder, SlotKind, file_sha256, rows_sha256, slot_files};
 use crate::readout::adapter::{AdapterDims, EmbeddingAdapter, PAPER_HIDDEN};
 use crate::readout::chat::{ChatFormat, Mode, Sequence};
 use crate::readout::conversation::read_llava;
@@ -82,6 +82,8 @@ pub struct ReadoutRecord {
     pub embeddings_sha256: Vec<String>,
     /// Steps trained.
     pub steps: usize,
+    /// Steps of the whole schedule (`steps < total_steps`: a run stopped by `--max-steps`).
+    pub total_steps: usize,
 }
 
 /// The decoder, its chat format, its EOS ids and the fill id, opened for training or
@@ -136,6 +138,8 @@ pub struct TrainReport {
     pub sequences: usize,
     /// Sequences cut at `max_tokens` (conversation id, length).
     pub truncated: Vec<(String, usize)>,
+    /// Sequences left out: no supervised token within `max_tokens`.
+    pub skipped: Vec<String>,
     /// Mean seconds per optimizer step of this invocation.
     pub seconds_per_step: f64,
     /// The last step's loss.
@@ -152,6 +156,18 @@ pub fn run(cfg: &TrainRun, out: &Output, ctx: &RunContext) -> Result<TrainReport
     let slots = cfg.embedder.slots(cfg.mode)?;
     let convs = read_llava(&data.train())?;
     let dec = open_decoder(&cfg.decoder)?;
+    let device = ctx.device.clone().autodiff();
+    let decoder = LlamaForCausalLM::load_family(&dec.checkpoint, &device, &LoadOptions::default())
+        .with_context(|| format!("--decoder {}", cfg.decoder))?;
+    let context = decoder.spec.context();
+    // Sequences are cut at the shorter of --max-tokens and the decoder's context.
+    let max_tokens = cfg.recipe.max_tokens.min(context);
+    if max_tokens < cfg.recipe.max_tokens {
+        eprintln!(
+            "note: cutting sequences at the decoder's context of {context} tokens (--max-tokens {})",
+            cfg.recipe.max_tokens
+        );
+    }
     let mut sequences: Vec<Sequence> = Vec::new();
     let mut keys: Vec<Vec<String>> = vec![Vec::new(); slots.len()];
     let mut needs = Needs::default();
@@ -178,11 +194,10 @@ pub fn run(cfg: &TrainRun, out: &Output, ctx: &RunContext) -> Result<TrainReport
         let rows = f
             .lookup(&refs, &path.display().to_string())
             .map_err(anyhow::Error::msg)?;
+        hashes.push(rows_sha256(k, &rows));
         tables.push(SlotTable { dim: f.dim, rows });
-        hashes.push(file_sha256(path)?);
     }
-    let set =
-        TrainSet::new(sequences, tables, cfg.recipe.max_tokens).map_err(anyhow::Error::msg)?;
+    let set = TrainSet::new(sequences, tables, max_tokens).map_err(anyhow::Error::msg)?;
     let train_sha = file_sha256(&data.train())?;
     // `max_steps` only says where this invocation stops (the schedule spans the whole run):
     // a shortened run and its continuation are one run.
@@ -206,11 +221,10 @@ pub fn run(cfg: &TrainRun, out: &Output, ctx: &RunContext) -> Result<TrainReport
             "identity": identity,
             "sequences": set.sequences.len(),
             "truncated": set.truncated,
+            "skipped": set.skipped,
+            "max_tokens_used": max_tokens,
         })),
     )?;
-    let device = ctx.device.clone().autodiff();
-    let decoder = LlamaForCausalLM::load_family(&dec.checkpoint, &device, &LoadOptions::default())
-        .with_context(|| format!("--decoder {}", cfg.decoder))?;
     let d_dec = decoder.spec.hidden_size;
     let adapters: Vec<EmbeddingAdapter> = set
         .slots
@@ -299,6 +313,7 @@ pub fn run(cfg: &TrainRun, out: &Output, ctx: &RunContext) -> Result<TrainReport
             decoder_sha256: dec.sha256,
             embeddings_sha256: hashes,
             steps: trainer.step,
+            total_steps: trainer.total_steps(),
         },
     )?;
     Ok(TrainReport {
@@ -306,6 +321,7 @@ pub fn run(cfg: &TrainRun, out: &Output, ctx: &RunContext) -> Result<TrainReport
         steps: trainer.step,
         sequences: n,
         truncated: set.truncated,
+        skipped: set.skipped,
         seconds_per_step: if done > 0 { secs / done as f64 } else { 0.0 },
         last_loss: last,
     })
