@@ -56,7 +56,7 @@ pub fn max_new_tokens(source: Source) -> usize {
 }
 
 /// One evaluation item of a GEB manifest (module docs).
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ManifestItem {
     /// `id`.
     pub id: String,

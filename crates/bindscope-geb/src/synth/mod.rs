@@ -273,29 +273,9 @@ pub struct TrainRecord {
     pub conversations: Vec<Message>,
 }
 
-/// One line of `dev.jsonl` / `test.jsonl`: a GEB manifest item.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ManifestItem {
-    /// `<image_group>-<k>`, `k` the item's number on its image (`test-000017-1`).
-    pub id: String,
-    /// Whose scorer the answer gets: `mme`, `cvbench`, `ocrbench` or `chartqa`.
-    pub source: Source,
-    /// `natural`, `scene_text` or `document`.
-    pub category: Category,
-    /// The full prompt (for `cvbench` with its options and instruction).
-    pub question: String,
-    /// The gold answer, one element: `Yes`/`No`, `(A)`…, the text, the number.
-    pub answers: Vec<String>,
-    /// CV-Bench's options (`(A) 2`, `(B) 3`, …); absent for the other sources.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub options: Option<Vec<String>>,
-    /// The image, relative to `images/` (`test/000017.png`).
-    pub image: String,
-    /// The image's id, shared by the items on one image (`test-000017`).
-    pub image_group: String,
-    /// Hex SHA-256 of the PNG file's bytes.
-    pub sha256: String,
-}
+/// One line of `dev.jsonl` / `test.jsonl`: the GEB manifest item `geb eval` reads (written
+/// without `dataset`; `options` for CV-Bench items only).
+pub use crate::readout::eval::ManifestItem;
 
 /// The counts of one evaluation split.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -515,6 +495,7 @@ fn eval_split(
                     image: rel.clone(),
                     image_group: group.clone(),
                     sha256: sha256.clone(),
+                    dataset: None,
                 };
                 lines.push_str(&serde_json::to_string(&item).expect("serializable"));
                 lines.push('\n');
