@@ -40,6 +40,7 @@ fn batch() -> Vec<Triplet> {
 }
 
 fn bench(c: &mut Criterion) {
+    bindscope_core::alloc::keep_freed_memory();
     let device = bindscope_core::device::test_device();
     let ad = device.autodiff();
     let (ckpt, tok, name) = match std::env::var_os("BINDSCOPE_REAL_MODELS") {

@@ -29,6 +29,7 @@ const T: usize = 128;
 const D_EMBED: usize = 384;
 
 fn bench(c: &mut Criterion) {
+    bindscope_core::alloc::keep_freed_memory();
     let device = bindscope_core::device::test_device().autodiff();
     let (dir, name) = match std::env::var_os("BINDSCOPE_REAL_MODELS") {
         Some(root) => (

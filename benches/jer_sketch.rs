@@ -43,6 +43,7 @@ fn bench_model(
 }
 
 fn jer_sketch(c: &mut Criterion) {
+    bindscope_core::alloc::keep_freed_memory();
     let ad = bindscope_core::device::test_device().autodiff();
     let dino_cfg: Dinov2Config =
         serde_json::from_str(include_str!("configs/dinov2-small.json")).expect("config");

@@ -102,6 +102,7 @@ fn prefill(model: &dyn CausalLm, ids: &[u32], device: &Device) -> Vec<f32> {
 }
 
 fn lm_decode(c: &mut Criterion) {
+    bindscope_core::alloc::keep_freed_memory();
     let device = bindscope_core::device::test_device();
     let (model, name) = model(&device);
     let vocab = model.info().embed_dim;

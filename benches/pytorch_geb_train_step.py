@@ -62,6 +62,7 @@ def main():
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"torch {torch.__version__} threads {a.threads}: median step {statistics.median(times):.3f} s "
           f"(min {min(times):.3f}, {a.steps} steps); peak RSS {peak:.0f} MiB")
+    print("steps (s):", " ".join(f"{x:.2f}" for x in times))
 
 
 if __name__ == "__main__":

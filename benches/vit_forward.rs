@@ -11,6 +11,7 @@ use std::path::Path;
 use std::time::Duration;
 
 fn vit_b16_forward(c: &mut Criterion) {
+    bindscope_core::alloc::keep_freed_memory();
     let device = bindscope_core::device::test_device();
     let cfg: ClipConfig =
         serde_json::from_str(include_str!("configs/clip-vit-base-patch16.json")).expect("config");

@@ -77,7 +77,7 @@ enum Command {
 }
 
 fn main() {
-    keep_freed_memory();
+    bindscope_core::alloc::keep_freed_memory();
     let cli = Cli::parse();
     if let Command::Devices = cli.command {
         print_devices();
@@ -154,27 +154,6 @@ fn print_devices() {
         }
     }
 }
-
-/// Keeps memory that the CPU backend frees inside the process. glibc's defaults hand large
-/// freed blocks back to the kernel at once (`munmap`, heap trimming), so the next tensor op
-/// page-faults a fresh buffer in again: on a ViT-S/14 feature extraction this was ≈ 17% of the
-/// CPU time spent in the kernel (877 s of 5,145 s). With freed memory kept (mmap threshold at
-/// its 32 MiB maximum, trim threshold 1 GiB, top pad 256 MiB) a 506-image extraction on 2 cores
-/// went from 105 s to 87 s wall, system time from 16 s to 1.1 s; the cached features are
-/// byte-identical.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-fn keep_freed_memory() {
-    // SAFETY: mallopt only changes allocator parameters; it is called first thing in main,
-    // before any other thread exists. A rejected value (return 0) leaves glibc's default.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 30);
-        libc::mallopt(libc::M_TOP_PAD, 256 << 20);
-    }
-}
-
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn keep_freed_memory() {}
 
 /// The error and its causes joined by ": ", leaving out a cause whose text the message already
 /// holds (many library errors print their source themselves, so `{:#}` would repeat it).

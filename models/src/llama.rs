@@ -47,8 +47,8 @@ use crate::attention::{
     scaled_dot_product_attention,
 };
 use crate::nn::{
-    ACTIVATION_NAMES, Activation, checkpoint_shapes, embedding, linear, rms_norm, rms_norm_hf,
-    to_dtype, to_f32,
+    ACTIVATION_NAMES, Activation, checkpoint_shapes, embedding, linear, linear_rows, rms_norm,
+    rms_norm_hf, to_dtype, to_f32,
 };
 use crate::{CausalLm, CausalLmOutput, ForwardOptions, LmInput, ModelError, ModelInfo};
 use bindscope_core::{Checkpoint, LoadOptions, load_strict};
@@ -421,7 +421,7 @@ impl LlamaAttention {
         rope: Option<(&Tensor<3>, &Tensor<3>)>,
     ) -> Tensor<4> {
         let [n, t, _] = x.dims();
-        let mut h = proj.forward(x).reshape([n, t, heads, self.head_dim]);
+        let mut h = linear_rows(proj, x).reshape([n, t, heads, self.head_dim]);
         if let Some(norm) = norm {
             h = rms_norm_hf(norm, h);
         }
@@ -461,7 +461,7 @@ impl LlamaAttention {
         let v = self.heads(x, &self.v_proj, None, self.num_kv_heads, None);
         let (k, v) = cache.append(k, v);
         let (ctx, probs) = scaled_dot_product_attention(q, k, v, mask, None, need_probs);
-        (self.o_proj.forward(merge_heads(ctx)), probs)
+        (linear_rows(&self.o_proj, merge_heads(ctx)), probs)
     }
 }
 
@@ -482,8 +482,8 @@ pub struct LlamaMlp {
 impl LlamaMlp {
     /// `[N, T, D]` → `[N, T, D]`.
     pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
-        let gate = self.act.forward(self.gate_proj.forward(x.clone()));
-        self.down_proj.forward(gate * self.up_proj.forward(x))
+        let gate = self.act.forward(linear_rows(&self.gate_proj, x.clone()));
+        linear_rows(&self.down_proj, gate * linear_rows(&self.up_proj, x))
     }
 }
 
@@ -693,7 +693,7 @@ impl LlamaForCausalLM {
     /// The final hidden state `[N, T, D]` (after the final norm) → logits `[N, T, V]` in f32.
     pub fn lm_logits(&self, hidden: Tensor<3>) -> Tensor<3> {
         let logits = match &self.lm_head {
-            Some(head) => head.forward(hidden),
+            Some(head) => linear_rows(head, hidden),
             None => {
                 let [n, t, d] = hidden.dims();
                 let w = self.model.embed_tokens.weight.val(); // [V, D]

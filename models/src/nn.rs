@@ -140,6 +140,20 @@ pub fn linear(
         .init(device)
 }
 
+/// `lin(x)` for `x: [..., d_in]` computed as one `[rows, d_in] @ [d_in, d_out]` product over
+/// the flattened leading dims, then reshaped back to `[..., d_out]`. The same numbers as
+/// `lin.forward(x)` up to the summation order; faster under autodiff, where burn's batched
+/// form broadcasts the weight to `[batch, d_in, d_out]` and its backward materialises and
+/// reduces one weight-gradient per batch entry.
+pub fn linear_rows<const D: usize>(lin: &Linear, x: Tensor<D>) -> Tensor<D> {
+    let mut dims = x.dims();
+    let d_in = dims[D - 1];
+    let rows = dims[..D - 1].iter().product::<usize>();
+    let y = lin.forward(x.reshape([rows, d_in]));
+    dims[D - 1] = y.dims()[1];
+    y.reshape(dims)
+}
+
 /// `nn.LayerNorm(d, eps)`: γ = 1, β = 0 (checkpoint values replace them).
 pub fn layer_norm(d: usize, eps: f64, device: &Device) -> LayerNorm {
     LayerNormConfig::new(d).with_epsilon(eps).init(device)

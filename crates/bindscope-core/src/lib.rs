@@ -21,6 +21,7 @@
 //! - [`rng`]: the seeded random streams every study draws from (and the studies' legacy
 //!   derivations, kept bit for bit).
 
+pub mod alloc;
 pub mod checkpoint;
 pub mod device;
 pub mod fsutil;

@@ -21,7 +21,6 @@ use std::path::{Path, PathBuf};
 use burn::optim::decay::WeightDecayConfig;
 use burn::optim::{AdamConfig, AdamWConfig};
 use burn::prelude::*;
-use burn::tensor::activation::log_softmax;
 use rand::seq::SliceRandom;
 
 use crate::fsutil;
@@ -38,17 +37,27 @@ pub const IGNORE_INDEX: i64 = -100;
 /// `logits: [N, T, V]`, `labels: [N, T]` (ids, or [`IGNORE_INDEX`]) → `[1]`. NaN when every
 /// target is ignored, as torch gives.
 pub fn next_token_cross_entropy(logits: Tensor<3>, labels: Tensor<2, Int>) -> Tensor<1> {
-    let [n, t, v] = logits.dims();
+    let [n, t, _] = logits.dims();
     let logits = logits.cast(burn::tensor::FloatDType::F32);
-    let logp = log_softmax(logits.slice([0..n, 0..t - 1, 0..v]), 2); // [N, T-1, V]
-    let targets = labels.slice([0..n, 1..t]); // [N, T-1]
+    // Labels shifted one to the left, the last position ignored: the logits tensor is used
+    // whole (no [N, T-1, V] copy), and only the cheap label tensor moves.
+    let device = labels.device();
+    let targets = Tensor::cat(
+        vec![
+            labels.slice([0..n, 1..t]),
+            Tensor::<2, Int>::full([n, 1], IGNORE_INDEX, &device),
+        ],
+        1,
+    ); // [N, T]
     let keep = targets.clone().not_equal_elem(IGNORE_INDEX);
     let safe = targets.mask_fill(keep.clone().bool_not(), 0);
-    let picked = logp
-        .gather(2, safe.reshape([n, t - 1, 1]))
-        .reshape([n, t - 1]);
+    // −log softmax(z)_y = logsumexp(z) − z_y, with the row maximum (a constant for the
+    // gradient) subtracted before exp.
+    let max = logits.clone().detach().max_dim(2); // [N, T, 1]
+    let lse = (logits.clone() - max.clone()).exp().sum_dim(2).log() + max; // [N, T, 1]
+    let picked = logits.gather(2, safe.reshape([n, t, 1])); // [N, T, 1]
     let keep = keep.float();
-    let total = (picked * keep.clone()).sum().neg();
+    let total = ((lse - picked).reshape([n, t]) * keep.clone()).sum();
     total / keep.sum()
 }
 
