@@ -708,16 +708,42 @@ impl LlamaForCausalLM {
     }
 }
 
-impl CausalLm for LlamaForCausalLM {
-    fn forward_causal_keep(
+/// The decoder stack's outputs before the LM head.
+type StackOutput = (Tensor<3>, Option<Vec<Tensor<3>>>, Option<Vec<Tensor<4>>>);
+
+impl LlamaForCausalLM {
+    /// The decoder stack without the LM head: the final hidden state `[N, T, D]` after the
+    /// final norm, in the weights' dtype (transformers' `outputs.last_hidden_state` of
+    /// `LlamaModel`). A training loss that needs logits at a few positions only gathers those
+    /// rows and applies [`LlamaForCausalLM::lm_logits`] to them.
+    ///
+    /// # Errors
+    /// As [`CausalLm::forward_causal`].
+    pub fn final_hidden(
+        &self,
+        input: LmInput,
+        attention_mask: Option<Tensor<2, Int>>,
+        position_ids: Option<Tensor<2, Int>>,
+        cache: &mut [KvCache],
+    ) -> Result<Tensor<3>, ModelError> {
+        let (x, _, _) = self.stack(
+            input,
+            attention_mask,
+            position_ids,
+            cache,
+            ForwardOptions::default(),
+        )?;
+        Ok(x)
+    }
+
+    fn stack(
         &self,
         input: LmInput,
         attention_mask: Option<Tensor<2, Int>>,
         position_ids: Option<Tensor<2, Int>>,
         cache: &mut [KvCache],
         opts: ForwardOptions,
-        logits_to_keep: usize,
-    ) -> Result<CausalLmOutput, ModelError> {
+    ) -> Result<StackOutput, ModelError> {
         let s = &self.spec;
         let err = |m: String| ModelError::Unsupported {
             file: format!("{} model", s.model_type),
@@ -801,6 +827,22 @@ impl CausalLm for LlamaForCausalLM {
         if let Some(h) = hidden.as_mut() {
             h.push(x.clone());
         }
+        Ok((x, hidden, attns))
+    }
+}
+
+impl CausalLm for LlamaForCausalLM {
+    fn forward_causal_keep(
+        &self,
+        input: LmInput,
+        attention_mask: Option<Tensor<2, Int>>,
+        position_ids: Option<Tensor<2, Int>>,
+        cache: &mut [KvCache],
+        opts: ForwardOptions,
+        logits_to_keep: usize,
+    ) -> Result<CausalLmOutput, ModelError> {
+        let (x, hidden, attns) = self.stack(input, attention_mask, position_ids, cache, opts)?;
+        let [n, t, d] = x.dims();
         let kept = if logits_to_keep == 0 || logits_to_keep >= t {
             x
         } else {

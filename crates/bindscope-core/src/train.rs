@@ -61,6 +61,24 @@ pub fn next_token_cross_entropy(logits: Tensor<3>, labels: Tensor<2, Int>) -> Te
     total / keep.sum()
 }
 
+/// The mean cross-entropy of `logits` rows against `targets`: `mean_m(logsumexp(z_m) − z_m[y_m])`
+/// in f32 — [`next_token_cross_entropy`] over rows already gathered at the supervised
+/// positions, so a caller that knows them can run the LM head on those rows only (the head is
+/// the widest product of a small decoder's training step; transformers' `logits_to_keep` plays
+/// the same part at generation).
+///
+/// # Shapes
+/// `logits: [M, V]`, `targets: [M]` (ids in `0..V`) → `[1]`. NaN when `M = 0`, as torch's mean
+/// over no targets gives.
+pub fn token_cross_entropy(logits: Tensor<2>, targets: Tensor<1, Int>) -> Tensor<1> {
+    let [m, _] = logits.dims();
+    let logits = logits.cast(burn::tensor::FloatDType::F32);
+    let max = logits.clone().detach().max_dim(1); // [M, 1]
+    let lse = (logits.clone() - max.clone()).exp().sum_dim(1).log() + max; // [M, 1]
+    let picked = logits.gather(1, targets.reshape([m, 1])); // [M, 1]
+    (lse - picked).mean().reshape([1])
+}
+
 /// `torch.optim.Adam(params, lr, weight_decay=weight_decay)`: β = (0.9, 0.999), ε = 1e-8, and
 /// L2 weight decay added to the gradient (coupled, as torch's Adam does) when `weight_decay > 0`.
 pub fn adam(weight_decay: f64) -> AdamConfig {

@@ -233,12 +233,22 @@ fn vl_joint_logits_and_loss_match_pytorch() {
         r.f32("vl.logits"),
         &batch.attention_mask,
     );
+    let want = r.f32("vl.loss").1[0];
+    // The training loss (head on the supervised rows only) and the full-logits loss
+    // transformers computes both equal the reference.
     let loss = readout
-        .loss(&batch, &[e_image, e_q], &device)
+        .loss(&batch, &[e_image.clone(), e_q.clone()], &device)
         .unwrap()
         .into_scalar::<f32>();
-    let want = r.f32("vl.loss").1[0];
     assert!((loss - want).abs() <= tol_loss(), "loss {loss} vs {want}");
+    let full = readout
+        .loss_full_logits(&batch, &[e_image, e_q], &device)
+        .unwrap()
+        .into_scalar::<f32>();
+    assert!(
+        (full - want).abs() <= tol_loss(),
+        "full-logits loss {full} vs {want}"
+    );
 }
 
 /// Every float parameter by checkpoint-style path: the decoder's under its HF names, adapter 0

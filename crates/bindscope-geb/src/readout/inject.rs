@@ -129,6 +129,29 @@ impl HostBatch {
         Tensor::<1, Int>::from_ints(v, device).reshape([self.n, self.t])
     }
 
+    /// The supervised positions as rows of the flattened `[N·T, D]` hidden state and their
+    /// targets: row `i·T + p` predicts `labels[i, p + 1]` wherever that is not [`IGNORE`]
+    /// (the next-token shift). `targets` of them, in row-major order.
+    pub fn supervised(&self) -> (Vec<i64>, Vec<i64>) {
+        let mut rows = Vec::with_capacity(self.targets);
+        let mut next = Vec::with_capacity(self.targets);
+        for i in 0..self.n {
+            for p in 1..self.t {
+                let l = self.labels[i * self.t + p];
+                if l != IGNORE {
+                    rows.push((i * self.t + p - 1) as i64);
+                    next.push(l);
+                }
+            }
+        }
+        (rows, next)
+    }
+
+    /// `[N, T]` attention mask on `device` (1 = token, 0 = padding).
+    pub fn attention_mask(&self, device: &Device) -> Tensor<2, Int> {
+        self.ints(&self.attention_mask, device)
+    }
+
     /// `[N, T]` labels on `device`.
     pub fn labels(&self, device: &Device) -> Tensor<2, Int> {
         self.ints(&self.labels, device)
@@ -180,7 +203,7 @@ impl HostBatch {
         let mut cache = lm.new_cache();
         lm.forward_causal(
             LmInput::Embeds(embeds),
-            Some(self.ints(&self.attention_mask, device)),
+            Some(self.attention_mask(device)),
             None,
             &mut cache,
             ForwardOptions::default(),
