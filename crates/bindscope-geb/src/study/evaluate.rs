@@ -1,8 +1,10 @@
 //! `geb eval`: a trained readout answers a manifest's items under the controls, and every
 //! answer is scored through [`crate::score`] (lmms-eval 0.7.3's metrics, bootstrap intervals):
 //! `predictions-<control>.jsonl`, `score-matched/` and, per control, `score-matched-vs-<control>/`
-//! with the paired gap matched − control. The text-only control is a run of its own: train with
-//! `--text-only` and evaluate that run; `geb score --pair` then gives the gap.
+//! with the paired gap matched − control, `eval.json` ([`EvalReport`]), and the figures
+//! `categories.svg` and `control_gaps.svg` ([`crate::study::plots::eval_plots`]). The
+//! text-only control is a run of its own: train with `--text-only` and evaluate that run;
+//! `geb score --pair` then gives the gap.
 //!
 //! Items are answered in manifest order in batches of `batch` (≥ 2: the shuffled control
 //! shifts within a batch). The mismatch control (VL-joint with a question slot) leaves out the
@@ -348,6 +350,7 @@ pub fn run(cfg: &EvalRun, out: &Output, ctx: &RunContext) -> Result<EvalReport> 
         shuffled_same_image,
     };
     write_json(&dir.join("eval.json"), &report)?;
+    super::plots::eval_plots(&dir)?;
     Ok(report)
 }
 

@@ -17,6 +17,7 @@
 pub mod audit;
 pub mod embed;
 pub mod evaluate;
+pub mod plots;
 pub mod train;
 
 use std::path::{Path, PathBuf};

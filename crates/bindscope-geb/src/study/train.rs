@@ -5,7 +5,8 @@
 //! embeddings' hashes), `checkpoints/` (resume: the same command continues from the newest one
 //! and repeats the uninterrupted run's numbers), `train_log.jsonl` (one [`StepLog`] per step),
 //! and at the end `readout.safetensors` with `readout.json` (what `geb eval` needs to rebuild
-//! it). Adapters are initialised from the seed's stream (`[NAMESPACE, INIT, slot]`).
+//! it) and `loss_curve.svg` (the loss per step, [`crate::study::plots::train_plots`]).
+//! Adapters are initialised from the seed's stream (`[NAMESPACE, INIT, slot]`).
 
 use std::path::PathBuf;
 
@@ -316,6 +317,7 @@ pub fn run(cfg: &TrainRun, out: &Output, ctx: &RunContext) -> Result<TrainReport
             total_steps: trainer.total_steps(),
         },
     )?;
+    super::plots::train_plots(&dir)?;
     Ok(TrainReport {
         dir,
         steps: trainer.step,
