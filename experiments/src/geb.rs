@@ -430,8 +430,13 @@ fn run_eval(a: EvalArgs, ctx: &RunContext) -> Result<()> {
             c.score,
             ci(c.ci95)
         );
-        if let Some((g, gci)) = c.gap {
-            print!("   matched − {}: {g:+.2} pp{}", c.control.name(), ci(gci));
+        if let Some(g) = c.gap {
+            print!(
+                "   matched − {}: {:+.2} pp{}",
+                c.control.name(),
+                g.matched_minus_control_pp,
+                ci(g.ci95)
+            );
         }
         println!();
     }

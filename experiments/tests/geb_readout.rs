@@ -172,6 +172,40 @@ fn train_resume_and_eval_end_to_end() {
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(eval.join("eval.json")).unwrap()).unwrap();
     assert_eq!(report["conditions"].as_array().unwrap().len(), 3);
+    let zero_gap = &report["conditions"][1]["gap"];
+    assert!(
+        zero_gap["matched_minus_control_pp"].is_f64() && zero_gap["ci95"].is_array(),
+        "{report}"
+    );
+
+    // The same evaluation again: the finished report is printed, nothing is recomputed.
+    let before = std::fs::metadata(eval.join("predictions-matched.jsonl"))
+        .unwrap()
+        .modified()
+        .unwrap();
+    let o = bin()
+        .args(["geb", "eval", "--run"])
+        .arg(&whole)
+        .args([
+            "--batch",
+            "3",
+            "--bootstrap",
+            "100",
+            "--paired-bootstrap",
+            "100",
+            "--out",
+        ])
+        .arg(&eval)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("already finished"), "{}", text(&o));
+    assert!(text(&o).contains("matched − zero"), "{}", text(&o));
+    let after = std::fs::metadata(eval.join("predictions-matched.jsonl"))
+        .unwrap()
+        .modified()
+        .unwrap();
+    assert_eq!(before, after, "a finished evaluation is not recomputed");
 
     // The mismatch control needs a question slot.
     let o = bin()

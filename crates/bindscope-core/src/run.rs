@@ -367,26 +367,46 @@ fn new_dir(root: &Path, base: &str) -> Result<PathBuf, RunError> {
 }
 
 /// The fields in which two run identities differ, as `key: <there> there vs <now> now; …`.
+/// Nested objects are compared field by field, named by their dotted path
+/// (`run.recipe.lr: 0.0001 there vs 0.001 now`), so only what changed is printed.
 pub fn describe_difference(old: &serde_json::Value, new: &serde_json::Value) -> String {
-    let (Some(o), Some(n)) = (old.as_object(), new.as_object()) else {
+    if !(old.is_object() && new.is_object()) {
         return "unreadable identity".into();
-    };
-    let mut keys: Vec<&String> = o.keys().chain(n.keys()).collect();
-    keys.sort();
-    keys.dedup();
-    let null = serde_json::Value::Null;
-    let diffs: Vec<String> = keys
-        .into_iter()
-        .filter(|k| o.get(*k) != n.get(*k))
-        .map(|k| {
-            format!(
-                "{k}: {} there vs {} now",
-                o.get(k).unwrap_or(&null),
-                n.get(k).unwrap_or(&null)
-            )
-        })
-        .collect();
+    }
+    let mut diffs = Vec::new();
+    collect_differences("", old, new, &mut diffs);
     diffs.join("; ")
+}
+
+fn collect_differences(
+    path: &str,
+    old: &serde_json::Value,
+    new: &serde_json::Value,
+    out: &mut Vec<String>,
+) {
+    match (old.as_object(), new.as_object()) {
+        (Some(o), Some(n)) => {
+            let mut keys: Vec<&String> = o.keys().chain(n.keys()).collect();
+            keys.sort();
+            keys.dedup();
+            let null = serde_json::Value::Null;
+            for k in keys {
+                let child = if path.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{path}.{k}")
+                };
+                collect_differences(
+                    &child,
+                    o.get(k).unwrap_or(&null),
+                    n.get(k).unwrap_or(&null),
+                    out,
+                );
+            }
+        }
+        _ if old != new => out.push(format!("{path}: {old} there vs {new} now")),
+        _ => {}
+    }
 }
 
 /// Facts about the program that were fixed when it was built: its version, the commit of the
@@ -895,6 +915,18 @@ mod tests {
         std::fs::write(dir.path().join("stray"), b"").unwrap();
         let e = run_dir("t", "m", Some(dir.path().to_path_buf()), &id, false).unwrap_err();
         assert!(matches!(e, RunError::NotARun { .. }), "{e}");
+    }
+
+    /// Nested identities name only the leaves that changed, by dotted path.
+    #[test]
+    fn describe_difference_names_nested_leaves() {
+        let old = serde_json::json!({"command": "x", "run": {"recipe": {"lr": 1e-4, "epochs": 1}, "data": "d"}});
+        let new = serde_json::json!({"command": "x", "run": {"recipe": {"lr": 1e-3, "epochs": 1}, "data": "d", "lora": 8}});
+        assert_eq!(
+            describe_difference(&old, &new),
+            "run.lora: null there vs 8 now; run.recipe.lr: 0.0001 there vs 0.001 now"
+        );
+        assert_eq!(describe_difference(&old, &old), "");
     }
 
     /// Without a terminal, progress is a line per item (at most one a second, always the

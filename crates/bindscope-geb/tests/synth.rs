@@ -726,9 +726,17 @@ fn natural_truth(question: &str, shapes: &[Found]) -> String {
         return of[0].color.to_string();
     }
     if let Some(desc) = stem
-        .strip_prefix("Is there a ")
+        .strip_prefix("Is there an ")
+        .or_else(|| stem.strip_prefix("Is there a "))
         .and_then(|r| r.strip_suffix(" in the image?"))
     {
+        let article = if stem.starts_with("Is there an ") {
+            "an"
+        } else {
+            "a"
+        };
+        let vowel = desc.starts_with(['a', 'e', 'i', 'o', 'u']);
+        assert_eq!(article == "an", vowel, "article in {question:?}");
         let (c, s) = desc.split_once(' ').unwrap();
         return yes_no(shapes.iter().any(|f| f.color == c && f.shape == s));
     }

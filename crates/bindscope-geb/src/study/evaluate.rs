@@ -1,15 +1,23 @@
 //! `geb eval`: a trained readout answers a manifest's items under the controls, and every
 //! answer is scored through [`crate::score`] (lmms-eval 0.7.3's metrics, bootstrap intervals):
-//! `predictions-<control>.jsonl`, `score-matched/` and, per control, `score-matched-vs-<control>/`
-//! with the paired gap matched − control, `eval.json` ([`EvalReport`]), and the figures
-//! `categories.svg` and `control_gaps.svg` ([`crate::study::plots::eval_plots`]). The
-//! text-only control is a run of its own: train with `--text-only` and evaluate that run;
+//! `predictions-<control>.jsonl`, `score-<control>/` and, per control other than matched,
+//! `predictions-matched-for-<control>.jsonl` (the matched predictions of the items that control
+//! answered, in its order: the mismatch control may leave items out) and
+//! `score-matched-vs-<control>/` with the paired gap matched − control over those items,
+//! `eval.json` ([`EvalReport`], gaps as [`PairedGap`]), and the figures `categories.svg` and
+//! `control_gaps.svg` ([`crate::study::plots::eval_plots`]). The text-only control is a run of its own: train with `--text-only` and evaluate that run;
 //! `geb score --pair` then gives the gap.
 //!
 //! Items are answered in manifest order in batches of `batch` (≥ 2: the shuffled control
 //! shifts within a batch). The mismatch control (VL-joint with a question slot) leaves out the
 //! items with no other question about their image; they are counted and listed in
 //! `eval.json`.
+//!
+//! Resume: the evaluation directory is chosen by identity (the options, the readout's,
+//! manifest's and embeddings' hashes). A finished evaluation (its `eval.json` written) is not
+//! recomputed: the command prints its report. An interrupted one keeps every control whose
+//! `predictions-<control>.jsonl` was written (with its `predictions-<control>.seconds.json`
+//! timing) and answers the rest.
 
 use std::path::{Path, PathBuf};
 
@@ -58,7 +66,7 @@ pub struct EvalRun {
 }
 
 /// One scored condition.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ConditionScore {
     /// The control.
     pub control: Control,
@@ -68,12 +76,24 @@ pub struct ConditionScore {
     pub score: f64,
     /// 95% interval, %.
     pub ci95: Option<[f64; 2]>,
-    /// Matched − this control, pp, and its interval (not for matched).
-    pub gap: Option<(f64, Option<[f64; 2]>)>,
+    /// The paired gap matched − this control (`None` for matched itself).
+    pub gap: Option<PairedGap>,
+}
+
+/// The paired gap of a control: matched − control over the control's items, in percentage
+/// points, with the paired bootstrap's 95% interval ([`crate::score`]'s `paired`; `None` when
+/// the run asked for no paired resamples). In `eval.json`:
+/// `{"matched_minus_control_pp": 2.0, "ci95": [-0.67, 4.67]}`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct PairedGap {
+    /// Matched score − control score, percentage points.
+    pub matched_minus_control_pp: f64,
+    /// 95% paired bootstrap interval of the gap, points.
+    pub ci95: Option<[f64; 2]>,
 }
 
 /// The report of `geb eval`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct EvalReport {
     /// The run directory.
     pub dir: PathBuf,
@@ -152,6 +172,9 @@ pub fn run(cfg: &EvalRun, out: &Output, ctx: &RunContext) -> Result<EvalReport> 
             bail!("--limit 0: nothing to evaluate");
         }
         items.truncate(l);
+    }
+    if matches!(embedder, Embedder::Models { .. }) {
+        check_image_hashes(&items, &data.images(), &data.manifest(&cfg.split))?;
     }
     if record.steps < record.total_steps {
         eprintln!(
@@ -236,6 +259,15 @@ pub fn run(cfg: &EvalRun, out: &Output, ctx: &RunContext) -> Result<EvalReport> 
         "embeddings_sha256": hashes,
     });
     let dir = out.run_dir("geb", "eval", &identity)?;
+    let report_path = dir.join("eval.json");
+    if report_path.is_file() {
+        // The same evaluation finished before: its report stands (nothing is recomputed).
+        eprintln!(
+            "{}: this evaluation is already finished; its report follows",
+            dir.display()
+        );
+        return Ok(read_json(&report_path)?);
+    }
     write_json(
         &dir.join("config.json"),
         &ctx.config_json(serde_json::json!({"study": "geb", "identity": identity})),
@@ -260,6 +292,19 @@ pub fn run(cfg: &EvalRun, out: &Output, ctx: &RunContext) -> Result<EvalReport> 
                 .collect();
         }
         let path = dir.join(format!("predictions-{}.jsonl", control.name()));
+        let timing = dir.join(format!("predictions-{}.seconds.json", control.name()));
+        // Resume: a control whose predictions were written (atomically, so whole) is kept.
+        if let (Ok(done), Ok(t)) = (
+            std::fs::read_to_string(&path),
+            read_json::<serde_json::Value>(&timing),
+        ) && done.lines().count() == keep.len()
+        {
+            if control == Control::Matched {
+                seconds_per_item = t["seconds_per_item"].as_f64().unwrap_or(f64::NAN);
+            }
+            files_out.push((control, path));
+            continue;
+        }
         let t0 = std::time::Instant::now();
         let bar = bindscope_core::run::progress(keep.len() as u64, control.name());
         let mut lines = String::new();
@@ -297,10 +342,15 @@ pub fn run(cfg: &EvalRun, out: &Output, ctx: &RunContext) -> Result<EvalReport> 
             bar.inc(chunk.len() as u64);
         }
         bar.finish_and_clear();
+        let per_item = t0.elapsed().as_secs_f64() / keep.len().max(1) as f64;
         if control == Control::Matched {
-            seconds_per_item = t0.elapsed().as_secs_f64() / keep.len().max(1) as f64;
+            seconds_per_item = per_item;
         }
         bindscope_core::fsutil::write_atomic(&path, lines.as_bytes())?;
+        write_json(
+            &timing,
+            &serde_json::json!({"seconds_per_item": per_item, "items": keep.len()}),
+        )?;
         files_out.push((control, path));
     }
     let matched = files_out[0].1.clone();
@@ -327,7 +377,10 @@ pub fn run(cfg: &EvalRun, out: &Output, ctx: &RunContext) -> Result<EvalReport> 
             pc.paired_resamples = cfg.paired_resamples;
             pc.seed = cfg.seed;
             let r = score::run(&pc, ctx).map_err(|e| anyhow!("{e}"))?;
-            r.summary.paired.map(|p| (p.overall.gap, p.overall.ci95))
+            r.summary.paired.map(|p| PairedGap {
+                matched_minus_control_pp: p.overall.gap,
+                ci95: p.overall.ci95,
+            })
         };
         conditions.push(ConditionScore {
             control: *control,
@@ -371,6 +424,40 @@ fn prediction(it: &ManifestItem, answer: &str, control: Control) -> serde_json::
     v
 }
 
+/// Checks that every image the items name is the file the manifest describes: its SHA-256
+/// equals the item's `sha256` (an image replaced after the manifest was written would be
+/// scored against another image's answers). Each image is hashed once.
+///
+/// # Errors
+/// The first missing or unreadable image, or a mismatch, naming the item, the file and both
+/// hashes.
+fn check_image_hashes(items: &[ManifestItem], images: &Path, manifest: &Path) -> Result<()> {
+    let mut seen: std::collections::HashMap<&str, String> = std::collections::HashMap::new();
+    for it in items {
+        let found = match seen.get(it.image.as_str()) {
+            Some(h) => h.clone(),
+            None => {
+                let path = images.join(&it.image);
+                let h = file_sha256(&path).with_context(|| {
+                    format!("{}: item {}: image {}", manifest.display(), it.id, it.image)
+                })?;
+                seen.insert(&it.image, h.clone());
+                h
+            }
+        };
+        if found != it.sha256 {
+            bail!(
+                "{}: item {}: image {} has SHA-256 {found}, the manifest says {} (was the image replaced after the manifest was written?)",
+                manifest.display(),
+                it.id,
+                images.join(&it.image).display(),
+                it.sha256
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Writes the lines of `all` whose ids appear in `like` to `to`.
 fn subset(all: &Path, like: &Path, to: &Path) -> Result<()> {
     let ids: std::collections::HashSet<String> = std::fs::read_to_string(like)?
@@ -390,4 +477,45 @@ fn subset(all: &Path, like: &Path, to: &Path) -> Result<()> {
         .collect();
     bindscope_core::fsutil::write_atomic(to, text.as_bytes())?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn item(id: &str, image: &str, sha256: &str) -> ManifestItem {
+        serde_json::from_value(serde_json::json!({
+            "id": id, "source": "mme", "category": "natural", "question": "Is it? Please answer yes or no.",
+            "answers": ["Yes"], "image": image, "image_group": image, "sha256": sha256,
+        }))
+        .unwrap()
+    }
+
+    /// A replaced or missing image is refused, naming the item and the file.
+    #[test]
+    fn image_hashes_are_checked_against_the_manifest() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.png"), b"image a").unwrap();
+        let good = file_sha256(&dir.path().join("a.png")).unwrap();
+        let manifest = dir.path().join("test.jsonl");
+        let ok = [item("q-0", "a.png", &good), item("q-1", "a.png", &good)];
+        check_image_hashes(&ok, dir.path(), &manifest).unwrap();
+
+        let bad = [
+            item("q-0", "a.png", &good),
+            item("q-1", "a.png", &"0".repeat(64)),
+        ];
+        let e = check_image_hashes(&bad, dir.path(), &manifest).unwrap_err();
+        let msg = format!("{e:#}");
+        assert!(msg.contains("item q-1") && msg.contains("a.png"), "{msg}");
+        assert!(
+            msg.contains(&good) && msg.contains(&"0".repeat(64)),
+            "{msg}"
+        );
+
+        let missing = [item("q-2", "b.png", &good)];
+        let e = check_image_hashes(&missing, dir.path(), &manifest).unwrap_err();
+        let msg = format!("{e:#}");
+        assert!(msg.contains("item q-2") && msg.contains("b.png"), "{msg}");
+    }
 }

@@ -213,7 +213,7 @@ struct ConditionRecord {
     items: usize,
     score: f64,
     ci95: Option<[f64; 2]>,
-    gap: Option<(f64, Option<[f64; 2]>)>,
+    gap: Option<super::evaluate::PairedGap>,
 }
 
 /// The part of `eval.json` ([`super::evaluate::EvalReport`]) the plots read.
@@ -344,7 +344,10 @@ pub fn eval_plots(eval_dir: &Path) -> Result<Vec<PathBuf>> {
         .zip(&colors)
         .filter(|(c, _)| c.control != Control::Matched)
         .filter_map(|(c, &color)| {
-            let (gap, ci) = c.gap?;
+            let super::evaluate::PairedGap {
+                matched_minus_control_pp: gap,
+                ci95: ci,
+            } = c.gap?;
             let name = if ci.is_some() {
                 c.control.name().to_string()
             } else {
@@ -547,7 +550,7 @@ fn gaps_svg(path: &Path, gaps: &[GapBar]) -> Result<()> {
 mod tests {
     use super::*;
     use crate::score::{BootstrapSettings, GroupScore, InputFile};
-    use crate::study::evaluate::{ConditionScore, EvalReport};
+    use crate::study::evaluate::{ConditionScore, EvalReport, PairedGap};
     use bindscope_core::plot::{audit_svg, svg_text_contents};
 
     fn step(step: usize, loss: f64) -> StepLog {
@@ -731,7 +734,10 @@ mod tests {
                     items: 30,
                     score: 20.0,
                     ci95: Some([6.7, 36.7]),
-                    gap: Some((26.7, Some([10.0, 43.3]))),
+                    gap: Some(PairedGap {
+                        matched_minus_control_pp: 26.7,
+                        ci95: Some([10.0, 43.3]),
+                    }),
                 },
                 // No intervals (no resamples): bars without whiskers.
                 ConditionScore {
@@ -739,7 +745,10 @@ mod tests {
                     items: 30,
                     score: 50.0,
                     ci95: None,
-                    gap: Some((-3.3, None)),
+                    gap: Some(PairedGap {
+                        matched_minus_control_pp: -3.3,
+                        ci95: None,
+                    }),
                 },
             ],
         );

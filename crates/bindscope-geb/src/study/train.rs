@@ -206,9 +206,15 @@ pub fn run(cfg: &TrainRun, out: &Output, ctx: &RunContext) -> Result<TrainReport
         max_steps: None,
         ..cfg.clone()
     };
+    // How often checkpoints are written changes no number: a run resumes under another
+    // `--checkpoint-every` (config.json records the value in force).
+    let mut run_json = serde_json::to_value(&whole)?;
+    if let Some(recipe) = run_json.get_mut("recipe").and_then(|r| r.as_object_mut()) {
+        recipe.remove("checkpoint_every");
+    }
     let identity = serde_json::json!({
         "command": "geb train",
-        "run": whole,
+        "run": run_json,
         "slots": slots,
         "decoder_sha256": dec.sha256,
         "embeddings_sha256": hashes,
@@ -224,6 +230,7 @@ pub fn run(cfg: &TrainRun, out: &Output, ctx: &RunContext) -> Result<TrainReport
             "truncated": set.truncated,
             "skipped": set.skipped,
             "max_tokens_used": max_tokens,
+            "checkpoint_every": cfg.recipe.checkpoint_every,
         })),
     )?;
     let d_dec = decoder.spec.hidden_size;

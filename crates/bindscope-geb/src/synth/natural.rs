@@ -177,7 +177,10 @@ fn existence<R: Rng>(rng: &mut R, objs: &[Obj], yes: bool) -> Qa {
             .collect();
         qa::pick(rng, &absent).clone()
     };
-    qa::mme(&format!("Is there a {name} in the image?"), yes)
+    qa::mme(
+        &format!("Is there {} in the image?", qa::with_article(&name)),
+        yes,
+    )
 }
 
 /// A left/right (`horizontal`) or above/below question with the answer `yes`, about two objects

@@ -104,6 +104,17 @@ pub(crate) fn chartqa(question: &str, value: u32) -> Qa {
     }
 }
 
+/// `phrase` with its English indefinite article: `an` before a vowel letter (`an orange
+/// circle`), `a` otherwise (`a red square`). Enough for the synthetic vocabulary, whose words
+/// all sound as they are spelled.
+pub(crate) fn with_article(phrase: &str) -> String {
+    let vowel = phrase
+        .chars()
+        .next()
+        .is_some_and(|c| "aeiouAEIOU".contains(c));
+    format!("{} {phrase}", if vowel { "an" } else { "a" })
+}
+
 /// A uniformly drawn element of a non-empty slice.
 pub(crate) fn pick<'a, T, R: Rng>(rng: &mut R, items: &'a [T]) -> &'a T {
     &items[rng.random_range(0..items.len())]
