@@ -261,12 +261,18 @@ pub fn run(cfg: &EvalRun, out: &Output, ctx: &RunContext) -> Result<EvalReport> 
     let dir = out.run_dir("geb", "eval", &identity)?;
     let report_path = dir.join("eval.json");
     if report_path.is_file() {
-        // The same evaluation finished before: its report stands (nothing is recomputed).
-        eprintln!(
-            "{}: this evaluation is already finished; its report follows",
-            dir.display()
-        );
-        return Ok(read_json(&report_path)?);
+        // The same evaluation finished before: its report stands (nothing is recomputed). A
+        // report this version cannot read (an older layout) is made again.
+        match read_json::<EvalReport>(&report_path) {
+            Ok(report) => {
+                eprintln!(
+                    "{}: this evaluation is already finished; its report follows",
+                    dir.display()
+                );
+                return Ok(report);
+            }
+            Err(e) => eprintln!("warning: {e}; evaluating again"),
+        }
     }
     write_json(
         &dir.join("config.json"),
