@@ -87,6 +87,25 @@ fn train(data: &Path, emb: &Path, out: &Path, extra: &[&str]) -> std::process::O
         .unwrap()
 }
 
+/// `geb eval` of the run `run` into `out`, with small bootstraps.
+fn eval_run(run: &Path, out: &Path) -> std::process::Output {
+    bin()
+        .args(["geb", "eval", "--run"])
+        .arg(run)
+        .args([
+            "--batch",
+            "3",
+            "--bootstrap",
+            "100",
+            "--paired-bootstrap",
+            "100",
+            "--out",
+        ])
+        .arg(out)
+        .output()
+        .unwrap()
+}
+
 #[test]
 fn train_resume_and_eval_end_to_end() {
     let dir = scratch("geb-readout", "e2e");
@@ -137,21 +156,7 @@ fn train_resume_and_eval_end_to_end() {
     );
 
     let eval = dir.join("eval");
-    let o = bin()
-        .args(["geb", "eval", "--run"])
-        .arg(&whole)
-        .args([
-            "--batch",
-            "3",
-            "--bootstrap",
-            "100",
-            "--paired-bootstrap",
-            "100",
-            "--out",
-        ])
-        .arg(&eval)
-        .output()
-        .unwrap();
+    let o = eval_run(&whole, &eval);
     assert!(o.status.success(), "{}", text(&o));
     let out = text(&o);
     for c in [
@@ -183,21 +188,7 @@ fn train_resume_and_eval_end_to_end() {
         .unwrap()
         .modified()
         .unwrap();
-    let o = bin()
-        .args(["geb", "eval", "--run"])
-        .arg(&whole)
-        .args([
-            "--batch",
-            "3",
-            "--bootstrap",
-            "100",
-            "--paired-bootstrap",
-            "100",
-            "--out",
-        ])
-        .arg(&eval)
-        .output()
-        .unwrap();
+    let o = eval_run(&whole, &eval);
     assert!(o.status.success(), "{}", text(&o));
     assert!(text(&o).contains("already finished"), "{}", text(&o));
     assert!(text(&o).contains("matched − zero"), "{}", text(&o));
@@ -206,6 +197,26 @@ fn train_resume_and_eval_end_to_end() {
         .modified()
         .unwrap();
     assert_eq!(before, after, "a finished evaluation is not recomputed");
+
+    // Interrupted after the matched and zero controls: only shuffled is answered again.
+    let report_before = std::fs::read_to_string(eval.join("eval.json")).unwrap();
+    std::fs::remove_file(eval.join("eval.json")).unwrap();
+    std::fs::remove_file(eval.join("predictions-shuffled.jsonl")).unwrap();
+    let o = eval_run(&whole, &eval);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(!text(&o).contains("already finished"), "{}", text(&o));
+    let kept = std::fs::metadata(eval.join("predictions-matched.jsonl"))
+        .unwrap()
+        .modified()
+        .unwrap();
+    assert_eq!(before, kept, "a written control is kept on resume");
+    let shuffled = std::fs::read_to_string(eval.join("predictions-shuffled.jsonl")).unwrap();
+    assert_eq!(shuffled.lines().count(), 6);
+    assert_eq!(
+        std::fs::read_to_string(eval.join("eval.json")).unwrap(),
+        report_before,
+        "the resumed evaluation reports what the uninterrupted one did"
+    );
 
     // The mismatch control needs a question slot.
     let o = bin()

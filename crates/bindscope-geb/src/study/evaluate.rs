@@ -5,8 +5,13 @@
 //! answered, in its order: the mismatch control may leave items out) and
 //! `score-matched-vs-<control>/` with the paired gap matched − control over those items,
 //! `eval.json` ([`EvalReport`], gaps as [`PairedGap`]), and the figures `categories.svg` and
-//! `control_gaps.svg` ([`crate::study::plots::eval_plots`]). The text-only control is a run of its own: train with `--text-only` and evaluate that run;
-//! `geb score --pair` then gives the gap.
+//! `control_gaps.svg` ([`crate::study::plots::eval_plots`]). The text-only control is a run
+//! of its own: train with `--text-only` and evaluate that run; `geb score --pair` then gives
+//! the gap.
+//!
+//! With a project encoder (`--embedder`), every image is checked against the item's `sha256`
+//! before anything else; imported embeddings (`--embeddings`) read no image, so none is
+//! checked.
 //!
 //! Items are answered in manifest order in batches of `batch` (≥ 2: the shuffled control
 //! shifts within a batch). The mismatch control (VL-joint with a question slot) leaves out the
@@ -299,14 +304,16 @@ pub fn run(cfg: &EvalRun, out: &Output, ctx: &RunContext) -> Result<EvalReport> 
         }
         let path = dir.join(format!("predictions-{}.jsonl", control.name()));
         let timing = dir.join(format!("predictions-{}.seconds.json", control.name()));
-        // Resume: a control whose predictions were written (atomically, so whole) is kept.
+        // Resume: a control whose predictions and timing were written (atomically, so whole)
+        // for these items is kept.
         if let (Ok(done), Ok(t)) = (
             std::fs::read_to_string(&path),
-            read_json::<serde_json::Value>(&timing),
+            read_json::<ControlTiming>(&timing),
         ) && done.lines().count() == keep.len()
+            && t.items == keep.len()
         {
             if control == Control::Matched {
-                seconds_per_item = t["seconds_per_item"].as_f64().unwrap_or(f64::NAN);
+                seconds_per_item = t.seconds_per_item;
             }
             files_out.push((control, path));
             continue;
@@ -355,7 +362,10 @@ pub fn run(cfg: &EvalRun, out: &Output, ctx: &RunContext) -> Result<EvalReport> 
         bindscope_core::fsutil::write_atomic(&path, lines.as_bytes())?;
         write_json(
             &timing,
-            &serde_json::json!({"seconds_per_item": per_item, "items": keep.len()}),
+            &ControlTiming {
+                seconds_per_item: per_item,
+                items: keep.len(),
+            },
         )?;
         files_out.push((control, path));
     }
@@ -428,6 +438,16 @@ fn prediction(it: &ManifestItem, answer: &str, control: Control) -> serde_json::
         v["dataset"] = serde_json::Value::from(d.clone());
     }
     v
+}
+
+/// `predictions-<control>.seconds.json`: how long a control's answers took, kept so a resumed
+/// evaluation reports the matched control's time per item.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+struct ControlTiming {
+    /// Wall seconds per item answered.
+    seconds_per_item: f64,
+    /// Items answered.
+    items: usize,
 }
 
 /// Checks that every image the items name is the file the manifest describes: its SHA-256
