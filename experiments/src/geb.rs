@@ -146,6 +146,10 @@ pub struct TrainArgs {
     /// Peak learning rate (cosine decay, no warmup).
     #[arg(long, default_value_t = TrainConfig::default().lr)]
     lr: f64,
+    /// The adapters' own peak learning rate (LLaVA's mm_projector_lr), same schedule; unset:
+    /// --lr, as in the paper.
+    #[arg(long)]
+    adapter_lr: Option<f64>,
     /// Epochs.
     #[arg(long, default_value_t = TrainConfig::default().epochs)]
     epochs: usize,
@@ -378,6 +382,7 @@ fn run_train(a: TrainArgs, ctx: &RunContext) -> Result<()> {
             ..TrainConfig::default().adamw
         },
         checkpoint_every: a.checkpoint_every,
+        adapter_lr: a.adapter_lr,
     };
     cfg.adapter_hidden = a.adapter_hidden;
     cfg.max_steps = a.max_steps;

@@ -15,6 +15,9 @@
 //!   a mean of micro-batch means would weight short answers up).
 //! - **Schedule.** `lr_s = lr · ½ (1 + cos(π s / S))` for step `s` of `S` (transformers'
 //!   `get_cosine_schedule_with_warmup` with no warmup).
+//! - **Adapter learning rate.** [`TrainConfig::adapter_lr`] gives the adapters their own peak
+//!   rate on the same schedule (LLaVA's `mm_projector_lr`); unset, they share `lr` as in the
+//!   paper.
 //! - **Weight decay** 0 (the paper does not give one; transformers' `TrainingArguments` default,
 //!   and LLaVA's recipe).
 //! - **Checkpoints** through [`bindscope_core::train::Checkpoints`]: the readout's weights
@@ -25,7 +28,8 @@
 use std::path::Path;
 
 use bindscope_core::train::{AdamW, Checkpoints, epoch_order};
-use burn::module::{Module, ModuleMapper, ModuleVisitor, Param, ParamId};
+use burn::lr_scheduler::module_lr_scheduler::{ModuleLearningRate, ModuleLrScheduler};
+use burn::module::{Module, ModuleMapper, ModuleVisitor, Param, ParamGroup, ParamId};
 use burn::optim::{GradientsAccumulator, GradientsParams, ModuleOptimizer};
 use burn::prelude::*;
 
@@ -55,6 +59,11 @@ pub struct TrainConfig {
     pub adamw: AdamW,
     /// Optimizer steps between checkpoints (0 = only at the end).
     pub checkpoint_every: usize,
+    /// The adapters' own peak learning rate (LLaVA's `mm_projector_lr`), on the same cosine
+    /// schedule; `None` (the paper's recipe) trains them at [`TrainConfig::lr`]. Left out of the
+    /// serialised config when `None`, so runs recorded before it existed keep their identity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adapter_lr: Option<f64>,
 }
 
 impl Default for TrainConfig {
@@ -71,6 +80,7 @@ impl Default for TrainConfig {
                 ..AdamW::default()
             },
             checkpoint_every: 100,
+            adapter_lr: None,
         }
     }
 }
@@ -93,8 +103,18 @@ impl TrainConfig {
 
     /// The learning rate of step `s` (0-based) of `total` (module docs).
     pub fn lr_at(&self, s: usize, total: usize) -> f64 {
+        self.lr * self.cosine(s, total)
+    }
+
+    /// The adapters' learning rate at step `s` of `total`: [`TrainConfig::adapter_lr`] (or
+    /// [`TrainConfig::lr`]) on the same schedule.
+    pub fn adapter_lr_at(&self, s: usize, total: usize) -> f64 {
+        self.adapter_lr.unwrap_or(self.lr) * self.cosine(s, total)
+    }
+
+    fn cosine(&self, s: usize, total: usize) -> f64 {
         let progress = s as f64 / total.max(1) as f64;
-        self.lr * 0.5 * (1.0 + (std::f64::consts::PI * progress).cos())
+        0.5 * (1.0 + (std::f64::consts::PI * progress).cos())
     }
 }
 
@@ -327,8 +347,18 @@ impl Trainer {
             acc.accumulate(&self.model, grads);
         }
         let lr = self.cfg.lr_at(self.step, self.total_steps());
+        let policy: ModuleLearningRate = match self.cfg.adapter_lr {
+            None => lr.into(),
+            Some(_) => {
+                let adapters = ParamGroup::ids_from_module(self.model.adapters.clone());
+                let adapter_lr = self.cfg.adapter_lr_at(self.step, self.total_steps());
+                ModuleLrScheduler::new(lr)
+                    .with_group(adapters, adapter_lr)
+                    .step()
+            }
+        };
         let model = self.model.clone();
-        self.model = self.optim.step(lr, model, acc.grads());
+        self.model = self.optim.step(policy, model, acc.grads());
         self.step += 1;
         Ok(StepLog {
             step: self.step,
