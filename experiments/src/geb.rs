@@ -150,6 +150,13 @@ pub struct TrainArgs {
     /// --lr, as in the paper.
     #[arg(long)]
     adapter_lr: Option<f64>,
+    /// Train rank-R LoRA factors on the decoder's attention and MLP projections instead of all
+    /// its weights (the paper's LoRA ablation); the embedding adapters stay fully trainable.
+    #[arg(long, value_name = "R", value_parser = clap::value_parser!(u64).range(1..))]
+    lora: Option<u64>,
+    /// LoRA's α (the update is scaled by α/R); default 2R (LLaVA-1.5's LoRA setting).
+    #[arg(long, requires = "lora")]
+    lora_alpha: Option<f64>,
     /// Epochs.
     #[arg(long, default_value_t = TrainConfig::default().epochs)]
     epochs: usize,
@@ -383,6 +390,11 @@ fn run_train(a: TrainArgs, ctx: &RunContext) -> Result<()> {
         },
         checkpoint_every: a.checkpoint_every,
         adapter_lr: a.adapter_lr,
+        lora: a.lora.map(|r| bindscope_tuning::lora::LoraConfig {
+            rank: r as usize,
+            alpha: a.lora_alpha.unwrap_or(2.0 * r as f64),
+            seed: a.seed,
+        }),
     };
     cfg.adapter_hidden = a.adapter_hidden;
     cfg.max_steps = a.max_steps;

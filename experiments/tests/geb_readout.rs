@@ -424,6 +424,51 @@ fn bindscope_geb_file(path: &Path) {
     .unwrap();
 }
 
+#[test]
+fn a_lora_run_resumes_and_saves_a_merged_readout_that_evaluates() {
+    let dir = scratch("geb-readout", "lora");
+    std::fs::create_dir_all(&dir).unwrap();
+    let data = synth(&dir);
+    let emb = embedder(&dir);
+    let lora = ["--lora", "2"];
+    let whole = dir.join("whole");
+    let o = train(&data, &emb, &whole, &lora);
+    assert!(o.status.success(), "{}", text(&o));
+    let split = dir.join("split");
+    let o = train(&data, &emb, &split, &["--lora", "2", "--max-steps", "2"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = train(&data, &emb, &split, &lora);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("resuming at step 2"), "{}", text(&o));
+    let saved = tensors(&whole.join("readout.safetensors"));
+    assert_eq!(saved, tensors(&split.join("readout.safetensors")));
+    // The saved readout is merged: the plain readout's keys, no factors.
+    assert!(
+        saved.keys().all(|k| !k.contains("lora")),
+        "{:?}",
+        saved.keys()
+    );
+    assert!(saved.contains_key("decoder.model.layers.0.self_attn.q_proj.weight"));
+    // The recipe is recorded (α defaults to 2R) and differs from a full-finetuning run's.
+    let cfg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(whole.join("config.json")).unwrap()).unwrap();
+    let recorded = &cfg["identity"]["run"]["recipe"]["lora"];
+    assert_eq!(recorded["rank"], 2, "{cfg}");
+    assert_eq!(recorded["alpha"], 4.0, "{cfg}");
+    let eval = dir.join("eval");
+    let o = eval_run(&whole, &eval);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(eval.join("predictions-matched.jsonl").is_file());
+    // --lora-alpha needs --lora; a rank of 0 is refused.
+    let o = train(&data, &emb, &dir.join("bad"), &["--lora-alpha", "8"]);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("--lora"), "{}", text(&o));
+    let o = train(&data, &emb, &dir.join("bad"), &["--lora", "0"]);
+    assert!(!o.status.success());
+    assert!(!dir.join("bad").exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Every tensor of a safetensors file: name → (shape, bytes).
 fn tensors(path: &Path) -> std::collections::BTreeMap<String, (Vec<usize>, Vec<u8>)> {
     let bytes = std::fs::read(path).unwrap();

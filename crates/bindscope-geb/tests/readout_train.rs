@@ -288,3 +288,78 @@ fn the_adapter_learning_rate_applies_to_the_adapters_only() {
     let dist = |a: &[f32]| -> f32 { a.iter().zip(&ad0).map(|(x, y)| (x - y).powi(2)).sum() };
     assert!(dist(&ad_big) > dist(&ad_none));
 }
+
+#[test]
+fn a_lora_run_trains_only_the_factors_and_the_adapters_and_resumes_to_the_same_parameters() {
+    use bindscope_geb::readout::train::apply_decoder_lora;
+    use bindscope_tuning::lora::{LoraConfig, adapters, trainable_params};
+    let device = bindscope_core::device::test_device().autodiff();
+    let data = data();
+    let n = data.sequences.len();
+    let lora = LoraConfig {
+        rank: 2,
+        alpha: 4.0,
+        seed: 42,
+    };
+    let c = TrainConfig {
+        lora: Some(lora),
+        ..cfg(2, 1, 2)
+    };
+    let lora_readout = || {
+        let mut r = readout(&device);
+        r.decoder = apply_decoder_lora(r.decoder, &lora).unwrap();
+        r
+    };
+    // The fixture decoder's 2 layers × 7 projections.
+    let init = lora_readout();
+    let layers = init.decoder.spec.num_layers;
+    assert_eq!(adapters(&init.decoder, &lora).len(), 7 * layers);
+    let base0 = flat(&init.decoder.clone().valid().materialize());
+    // Trainable: the factors and the embedding adapters, nothing else of the decoder.
+    let factor_params: usize = adapters(&init.decoder, &lora)
+        .values()
+        .map(|h| h.rank * (h.d_in + h.d_out))
+        .sum();
+    assert_eq!(
+        trainable_params(&init),
+        factor_params + flat(&init.adapters).len()
+    );
+    let mut full = Trainer::new(lora_readout(), c.clone(), n, 2, device.clone());
+    let total = full.total_steps();
+    for _ in 0..total {
+        full.train_step(&data).unwrap();
+    }
+    // The merged decoder moved: the factors trained.
+    let trained = full.model.clone().valid();
+    let merged = flat(&trained.decoder.clone().materialize());
+    assert_ne!(merged, base0, "the LoRA factors did not train");
+    let factors = adapters(&trained.decoder, &lora);
+    assert!(factors.values().all(|h| h.b.iter().any(|&x| x != 0.0)));
+    let ad0 = flat(&init.adapters);
+    assert_ne!(
+        flat(&trained.adapters),
+        ad0,
+        "the embedding adapters did not train"
+    );
+    // Resume: 3 steps, save, a fresh LoRA readout resumes and finishes.
+    let tmp = tempfile::tempdir().unwrap();
+    let ckpts = Checkpoints::new(tmp.path().join("ckpt"), "fp");
+    let mut first = Trainer::new(lora_readout(), c.clone(), n, 2, device.clone());
+    for _ in 0..3 {
+        first.train_step(&data).unwrap();
+    }
+    first.save(&ckpts).unwrap();
+    drop(first);
+    let mut second = Trainer::new(lora_readout(), c, n, 2, device.clone());
+    assert!(second.resume(&ckpts).unwrap());
+    for _ in 3..total {
+        second.train_step(&data).unwrap();
+    }
+    let resumed = second.model.valid();
+    assert_eq!(
+        flat(&resumed.decoder.clone().materialize()),
+        merged,
+        "merged decoder after resume"
+    );
+    assert_eq!(flat(&resumed.adapters), flat(&trained.adapters));
+}

@@ -18,6 +18,16 @@
 //! - **Adapter learning rate.** [`TrainConfig::adapter_lr`] gives the adapters their own peak
 //!   rate on the same schedule (LLaVA's `mm_projector_lr`); unset, they share `lr` as in the
 //!   paper.
+//! - **LoRA** ([`TrainConfig::lora`], the paper's LoRA ablation): the decoder's attention and MLP
+//!   projections ([`LORA_TARGETS`]: q/k/v/o, gate/up/down of every layer, the linear layers
+//!   LLaVA's LoRA recipe adapts) get rank-`r` factors through
+//!   [`bindscope_tuning::lora::apply_lora_to`] (`b = 0`, `a` seeded as PEFT's default); every other
+//!   decoder weight (token embeddings, norms, the tied head) is frozen; the embedding adapters
+//!   stay fully trainable. The default `α = 2r` is LLaVA-1.5's LoRA setting (`r = 128`,
+//!   `α = 256`); the paper does not give its own. A checkpoint's weights file holds each
+//!   adapted weight's frozen base under its own key and the factors as `<key>.lora.a` /
+//!   `<key>.lora.b` (burn-store's names), so a run resumes with its factors; the study saves
+//!   the merged decoder at the end, so an evaluation reads a LoRA run as any other.
 //! - **Weight decay** 0 (the paper does not give one; transformers' `TrainingArguments` default,
 //!   and LLaVA's recipe).
 //! - **Checkpoints** through [`bindscope_core::train::Checkpoints`]: the readout's weights
@@ -32,6 +42,9 @@ use burn::lr_scheduler::module_lr_scheduler::{ModuleLearningRate, ModuleLrSchedu
 use burn::module::{Module, ModuleMapper, ModuleVisitor, Param, ParamGroup, ParamId};
 use burn::optim::{GradientsAccumulator, GradientsParams, ModuleOptimizer};
 use burn::prelude::*;
+
+use bindscope_models::llama::LlamaForCausalLM;
+use bindscope_tuning::lora::{LoraConfig, apply_lora_to};
 
 use super::chat::{IGNORE, Sequence};
 use super::inject::HostBatch;
@@ -64,6 +77,11 @@ pub struct TrainConfig {
     /// serialised config when `None`, so runs recorded before it existed keep their identity.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adapter_lr: Option<f64>,
+    /// LoRA on the decoder instead of training all its weights (module docs); `None` (the
+    /// paper's main recipe) trains every decoder weight. Left out of the serialised config when
+    /// `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lora: Option<LoraConfig>,
 }
 
 impl Default for TrainConfig {
@@ -81,8 +99,24 @@ impl Default for TrainConfig {
             },
             checkpoint_every: 100,
             adapter_lr: None,
+            lora: None,
         }
     }
+}
+
+/// The decoder weights LoRA adapts (a regex over module paths): the q/k/v/o attention and the
+/// gate/up/down MLP projections of every layer.
+pub const LORA_TARGETS: &str = r"layers\.\d+\.(self_attn\.(q_proj|k_proj|v_proj|o_proj)|mlp\.(gate_proj|up_proj|down_proj))\.weight$";
+
+/// `decoder` with LoRA factors on [`LORA_TARGETS`] and every other weight frozen (module docs).
+///
+/// # Errors
+/// When no weight matches (not a Llama-family decoder).
+pub fn apply_decoder_lora(
+    decoder: LlamaForCausalLM,
+    lora: &LoraConfig,
+) -> Result<LlamaForCausalLM, String> {
+    apply_lora_to(decoder, lora, LORA_TARGETS)
 }
 
 impl TrainConfig {

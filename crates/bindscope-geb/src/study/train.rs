@@ -26,7 +26,9 @@ use crate::readout::adapter::{AdapterDims, EmbeddingAdapter, PAPER_HIDDEN};
 use crate::readout::chat::{ChatFormat, Mode, Sequence};
 use crate::readout::conversation::read_llava;
 use crate::readout::model::GenerativeReadout;
-use crate::readout::train::{NAMESPACE, SlotTable, StepLog, TrainConfig, TrainSet, Trainer};
+use crate::readout::train::{
+    NAMESPACE, SlotTable, StepLog, TrainConfig, TrainSet, Trainer, apply_decoder_lora,
+};
 
 /// The adapters' initialisation purpose in the seed's stream.
 const INIT: u64 = 1;
@@ -160,6 +162,11 @@ pub fn run(cfg: &TrainRun, out: &Output, ctx: &RunContext) -> Result<TrainReport
     let device = ctx.device.clone().autodiff();
     let decoder = LlamaForCausalLM::load_family(&dec.checkpoint, &device, &LoadOptions::default())
         .with_context(|| format!("--decoder {}", cfg.decoder))?;
+    let decoder = match &cfg.recipe.lora {
+        None => decoder,
+        Some(lora) => apply_decoder_lora(decoder, lora)
+            .map_err(|e| anyhow!("--lora on --decoder {}: {e}", cfg.decoder))?,
+    };
     let context = decoder.spec.context();
     // Sequences are cut at the shorter of --max-tokens and the decoder's context.
     let max_tokens = cfg.recipe.max_tokens.min(context);
@@ -303,11 +310,16 @@ pub fn run(cfg: &TrainRun, out: &Output, ctx: &RunContext) -> Result<TrainReport
     bar.finish_and_clear();
     trainer.save(&ckpts).map_err(anyhow::Error::msg)?;
     {
+        use burn::module::Module;
         use burn::store::{BurnToPyTorchAdapter, ModuleSnapshot, SafetensorsStore};
         let tmp = dir.join("readout.safetensors.tmp");
         let mut store = SafetensorsStore::from_file(&tmp).with_to_adapter(BurnToPyTorchAdapter);
+        // LoRA factors merged into the decoder's weights (a no-op without LoRA): the saved
+        // readout is a plain one, whatever the recipe.
         trainer
             .model
+            .clone()
+            .materialize()
             .save_into(&mut store)
             .map_err(|e| anyhow!("{}: {e}", tmp.display()))?;
         std::fs::rename(&tmp, dir.join("readout.safetensors"))?;
