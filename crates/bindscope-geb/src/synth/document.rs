@@ -17,11 +17,15 @@
 //! | chart | What is the value of the <label> bar? | `chartqa` |
 //! | chart | Which bar is taller, <a> or <b>? (values at least 5 apart where possible) | `cvbench`, options `(A) a`, `(B) b` in random order |
 //! | table | What is the value in row <r>, column <c>? | `chartqa` |
+//! | chart | How many bars are in the chart? | `chartqa` |
+//! | chart | Which bar is the tallest? | `cvbench`, the tallest and 2–3 other labels |
+//! | table | How many rows of data does the table have? | `chartqa` |
 //!
-//! An evaluation chart carries one or two items (value; value and comparison), a table one or
-//! two cells. Training conversations add how many bars / rows there are (`chartqa`), which bar
-//! is the tallest (`cvbench`) and whether one bar's (cell's) value is greater than another's
-//! (`mme`).
+//! An evaluation chart carries two items (value and comparison) or one (value, comparison, the
+//! number of bars or the tallest bar, a quarter each); a table two cells, or one item: a cell,
+//! or a third of the time its number of rows. The counts and the tallest bar are what one
+//! embedding of the image can hold without reading its numbers. Training conversations ask all
+//! of these and whether one bar's (cell's) value is greater than another's (`mme`).
 
 use super::qa::{self, Qa};
 use super::raster::{self, Align, Rgb};
@@ -319,6 +323,33 @@ fn compare_q<R: Rng>(rng: &mut R, ch: &Chart) -> Qa {
     qa::cvbench_at(&q, &options, usize::from(ch.values[b] > ch.values[a]))
 }
 
+/// How many bars the chart has.
+fn bars_q(ch: &Chart) -> Qa {
+    qa::chartqa("How many bars are in the chart?", ch.labels.len() as u32)
+}
+
+/// The tallest bar, as a lettered choice among it and 2–3 others.
+fn tallest_q<R: Rng>(r: &mut R, ch: &Chart) -> Qa {
+    let top = (0..ch.values.len())
+        .max_by_key(|&i| ch.values[i])
+        .expect("3..=5 bars");
+    let others: Vec<String> = (0..ch.labels.len())
+        .filter(|&i| i != top)
+        .map(|i| ch.labels[i].clone())
+        .collect();
+    let n = r.random_range(2..=3).min(others.len());
+    let ds = qa::sample(r, &others, n);
+    qa::cvbench(r, "Which bar is the tallest?", &ch.labels[top], &ds)
+}
+
+/// How many rows of data the table has.
+fn rows_q(t: &Table) -> Qa {
+    qa::chartqa(
+        "How many rows of data does the table have?",
+        t.rows.len() as u32,
+    )
+}
+
 fn table_cell_q(t: &Table, r: usize, c: usize) -> Qa {
     qa::chartqa(
         &format!(
@@ -346,10 +377,15 @@ pub(super) fn unit(ctx: &Ctx, s: &super::Streams, want: Want) -> Unit {
         (Want::Eval { max_items }, Doc::Chart(ch)) => {
             if max_items >= 2 && plan.random_bool(0.5) {
                 vec![value_q(&mut rng, ch), compare_q(&mut rng, ch)]
-            } else if plan.random_bool(0.5) {
-                vec![value_q(&mut rng, ch)]
             } else {
-                vec![compare_q(&mut rng, ch)]
+                // One item: ChartQA's two tasks, or what one embedding of the chart can hold
+                // without reading its numbers (how many bars, which is tallest).
+                vec![match plan.random_range(0..4) {
+                    0 => value_q(&mut rng, ch),
+                    1 => compare_q(&mut rng, ch),
+                    2 => bars_q(ch),
+                    _ => tallest_q(&mut rng, ch),
+                }]
             }
         }
         (Want::Eval { max_items }, Doc::Table(t)) => {
@@ -358,6 +394,13 @@ pub(super) fn unit(ctx: &Ctx, s: &super::Streams, want: Want) -> Unit {
             } else {
                 1
             };
+            // A single item asks a third of the time how many rows the table has.
+            if k == 1 && plan.random_range(0..3) == 0 {
+                return Unit {
+                    image,
+                    qas: vec![rows_q(t)],
+                };
+            }
             let cells: Vec<(usize, usize)> = (0..t.rows.len())
                 .flat_map(|r| (0..t.cols.len()).map(move |c| (r, c)))
                 .collect();
@@ -372,19 +415,8 @@ pub(super) fn unit(ctx: &Ctx, s: &super::Streams, want: Want) -> Unit {
                 Some(match r.random_range(0..5) {
                     0 => value_q(r, ch),
                     1 => compare_q(r, ch),
-                    2 => qa::chartqa("How many bars are in the chart?", ch.labels.len() as u32),
-                    3 => {
-                        let top = (0..ch.values.len())
-                            .max_by_key(|&i| ch.values[i])
-                            .expect("3..=5 bars");
-                        let others: Vec<String> = (0..ch.labels.len())
-                            .filter(|&i| i != top)
-                            .map(|i| ch.labels[i].clone())
-                            .collect();
-                        let n = r.random_range(2..=3).min(others.len());
-                        let ds = qa::sample(r, &others, n);
-                        qa::cvbench(r, "Which bar is the tallest?", &ch.labels[top], &ds)
-                    }
+                    2 => bars_q(ch),
+                    3 => tallest_q(r, ch),
                     _ => {
                         let (i, j) = *qa::pick(r, &compare_pairs(ch));
                         let (i, j) = if r.random_bool(0.5) { (i, j) } else { (j, i) };
@@ -415,10 +447,7 @@ pub(super) fn unit(ctx: &Ctx, s: &super::Streams, want: Want) -> Unit {
                 let cc = r.random_range(0..t.cols.len());
                 match r.random_range(0..3) {
                     0 => Some(table_cell_q(t, rr, cc)),
-                    1 => Some(qa::chartqa(
-                        "How many rows of data does the table have?",
-                        t.rows.len() as u32,
-                    )),
+                    1 => Some(rows_q(t)),
                     _ => {
                         let r2 = r.random_range(0..t.rows.len());
                         let c2 = r.random_range(0..t.cols.len());

@@ -19,8 +19,8 @@
 //! | category | images | sources (questions) |
 //! |---|---|---|
 //! | `natural` | 1–5 coloured circles / squares / triangles on a plain background | `mme` (existence, left/right, above/below; `Yes`/`No`), `cvbench` (count, colour; `(A)`…) |
-//! | `scene_text` | one word or 2–4-digit number drawn large on a coloured background | `ocrbench` (the text) |
-//! | `document` | bar charts (3–5 bars, values 1–99, value axis) and tables (2–4 rows × 2–3 columns) | `chartqa` (a bar's or a cell's value), `cvbench` (which of two bars is taller) |
+//! | `scene_text` | one word or 2–4-digit number drawn large on a coloured background | `ocrbench` (the text), `cvbench` (its colour), `chartqa` (its number of letters / digits) |
+//! | `document` | bar charts (3–5 bars, values 1–99, value axis) and tables (2–4 rows × 2–3 columns) | `chartqa` (a bar's or a cell's value; the number of bars / rows), `cvbench` (which of two bars is taller; the tallest bar) |
 //!
 //! Prompts and answer forms are in the table below. Training conversations ask the same
 //! kinds of questions in the same forms and a few more (counts of bars / rows, text colour,
@@ -43,11 +43,12 @@
 //! - An image carries one or two items, as in MME (two questions per image) and the chart
 //!   benchmarks; `image_group` names it (`test-000017`), an item is `<image_group>-<k>`.
 //!   Natural images carry either a yes/no pair (one `Yes`, one `No`: the answers are exactly
-//!   balanced) or one lettered question; scene-text images one reading item; charts and tables
-//!   one or two. A category's last image takes only the items left.
+//!   balanced) or one lettered question; scene-text images one item; charts and tables one or
+//!   two. A category's last image takes only the items left.
 //! - Training conversation `i` is about image `train/{i:06}.png` of category `i mod 3`.
 //! - The correct option of a lettered question is at a uniform position among its options
-//!   (3–4 for the natural questions, 2 for the bar comparison), so over a split `(A)` and
+//!   (3–4 for the natural questions, the text colour and the tallest bar, 2 for the bar
+//!   comparison), so over a split `(A)` and
 //!   `(B)` are more frequent golds than `(C)` and `(D)`; `synth.json` counts them.
 //!
 //! # Randomness

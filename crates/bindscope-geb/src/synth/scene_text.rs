@@ -10,11 +10,13 @@
 //! keeps a 4% margin.
 //!
 //! # Questions
-//! Evaluation items read the text: "What word is written in the image?" / "What number is
-//! written in the image?" (`ocrbench`, the gold is the text as drawn; OCRBench's scorer is
-//! case-insensitive). Training conversations start with that question and also ask whether a given word/number is written
-//! (`mme`), which of 3–4 is written (`cvbench`), the colour of the text (`cvbench`) and how many
-//! letters/digits it has (`chartqa`).
+//! Half the evaluation items read the text: "What word is written in the image?" / "What number
+//! is written in the image?" (`ocrbench`, the gold is the text as drawn; OCRBench's scorer is
+//! case-insensitive); a quarter ask the colour of the text (`cvbench`) and a quarter how many
+//! letters/digits it has (`chartqa`), what one embedding of the image can hold without reading
+//! it. Training conversations start with the reading question and also ask whether a given
+//! word/number is written (`mme`), which of 3–4 is written (`cvbench`), the colour and the
+//! length.
 
 use super::qa::{self, Qa};
 use super::raster::{self, Align, Rgb};
@@ -158,12 +160,40 @@ fn read(t: &Text) -> Qa {
     )
 }
 
-/// One image and its questions: one reading item for evaluation; for training the reading
-/// question and 1–3 others.
+/// The text's colour, as a lettered choice among it and 2–3 other text colours.
+fn colour_q<R: Rng>(r: &mut R, t: &Text) -> Qa {
+    let others: Vec<String> = (0..TEXT_COLORS.len())
+        .filter(|&c| c != t.color)
+        .map(|c| TEXT_COLORS[c].0.to_string())
+        .collect();
+    let n = r.random_range(2..=3);
+    let ds = qa::sample(r, &others, n);
+    let q = format!("What color is the {} written in?", t.noun());
+    qa::cvbench(r, &q, TEXT_COLORS[t.color].0, &ds)
+}
+
+/// The number of digits or letters shown.
+fn length_q(t: &Text) -> Qa {
+    let q = if t.number {
+        "How many digits does the number in the image have?"
+    } else {
+        "How many letters does the word in the image have?"
+    };
+    qa::chartqa(q, t.shown.chars().count() as u32)
+}
+
+/// One image and its questions: one item for evaluation (reading the text, or half as often
+/// its colour or its length); for training the reading question and 1–3 others.
 pub(super) fn unit(ctx: &Ctx, s: &super::Streams, want: Want) -> Unit {
     let (t, image) = draw(&mut s.image(), ctx);
     let qas = match want {
-        Want::Eval { .. } => vec![read(&t)],
+        // Half the items read the text (OCRBench's task); the others ask what the image's one
+        // embedding can hold without reading: the text's colour or its length.
+        Want::Eval { .. } => vec![match s.plan().random_range(0..4) {
+            0 => colour_q(&mut s.questions(), &t),
+            1 => length_q(&t),
+            _ => read(&t),
+        }],
         Want::Train => {
             let turns = s.plan().random_range(2..=4);
             let mut rng = s.questions();
@@ -193,24 +223,8 @@ pub(super) fn unit(ctx: &Ctx, s: &super::Streams, want: Want) -> Unit {
                         let q = format!("Which {} is written in the image?", t.noun());
                         Some(qa::cvbench(r, &q, &t.shown, &ds))
                     }
-                    3 => {
-                        let others: Vec<String> = (0..TEXT_COLORS.len())
-                            .filter(|&c| c != t.color)
-                            .map(|c| TEXT_COLORS[c].0.to_string())
-                            .collect();
-                        let n = r.random_range(2..=3);
-                        let ds = qa::sample(r, &others, n);
-                        let q = format!("What color is the {} written in?", t.noun());
-                        Some(qa::cvbench(r, &q, TEXT_COLORS[t.color].0, &ds))
-                    }
-                    _ => {
-                        let q = if t.number {
-                            "How many digits does the number in the image have?"
-                        } else {
-                            "How many letters does the word in the image have?"
-                        };
-                        Some(qa::chartqa(q, t.shown.chars().count() as u32))
-                    }
+                    3 => Some(colour_q(r, &t)),
+                    _ => Some(length_q(&t)),
                 }
             }));
             if qas.len() < 2 {
