@@ -4,11 +4,13 @@
 //! `{% generation %}` markers), the adapter's output, the logits and loss with the embeddings
 //! injected through `inputs_embeds`, the gradients, and one AdamW step.
 
+mod common;
+
 use bindscope_core::train::AdamW;
 use bindscope_core::{Checkpoint, LoadOptions};
 use bindscope_data::lm::LmTokenizer;
 use bindscope_geb::readout::adapter::{AdapterDims, EmbeddingAdapter};
-use bindscope_geb::readout::chat::{ChatFormat, IGNORE, Mode, Sequence};
+use bindscope_geb::readout::chat::{ChatFormat, Mode, Sequence};
 use bindscope_geb::readout::conversation::read_llava;
 use bindscope_geb::readout::inject::HostBatch;
 use bindscope_geb::readout::model::GenerativeReadout;
@@ -71,19 +73,9 @@ fn reference_json() -> Value {
     serde_json::from_str(&std::fs::read_to_string(dir().join("reference.json")).unwrap()).unwrap()
 }
 
-/// Every sequence of the fixture's conversations, in the generator's order (per conversation:
-/// visual-only, then the VL-joint turns).
+/// Every sequence of the fixture's conversations, in the generator's order.
 fn sequences(fmt: &ChatFormat) -> Vec<(Mode, usize, Sequence)> {
-    let convs = read_llava(&dir().join("train.json")).unwrap();
-    let mut out = Vec::new();
-    for (ci, c) in convs.iter().enumerate() {
-        for (mode, slots) in [(Mode::VisualOnly, 1), (Mode::VlJoint, 2)] {
-            for s in fmt.sequences(c, mode, slots).unwrap() {
-                out.push((mode, ci, s));
-            }
-        }
-    }
-    out
+    common::sequences(fmt, &read_llava(&dir().join("train.json")).unwrap())
 }
 
 #[test]
@@ -94,46 +86,8 @@ fn ids_and_assistant_masks_match_transformers() {
         u64::from(fmt.embed_pad_id()),
         r["embed_pad_id"].as_u64().unwrap()
     );
-    let want = r["instances"].as_array().unwrap();
-    let got = sequences(&fmt);
-    assert_eq!(got.len(), want.len());
-    let mut supervised = 0;
-    for ((mode, ci, s), w) in got.iter().zip(want) {
-        let label = format!("{mode:?} conversation {ci} turn {:?}", s.turn);
-        assert_eq!(
-            serde_json::to_value(mode).unwrap(),
-            w["mode"],
-            "{label}: mode"
-        );
-        assert_eq!(w["turn"].as_u64().map(|t| t as usize), s.turn, "{label}");
-        let ids: Vec<u32> = w["input_ids"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_u64().unwrap() as u32)
-            .collect();
-        assert_eq!(s.input_ids, ids, "{label}: ids");
-        let mask: Vec<bool> = w["assistant_mask"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_u64().unwrap() == 1)
-            .collect();
-        let ours: Vec<bool> = s.labels.iter().map(|&l| l != IGNORE).collect();
-        assert_eq!(ours, mask, "{label}: assistant mask");
-        for (&l, &id) in s.labels.iter().zip(&s.input_ids) {
-            assert!(
-                l == IGNORE || l == i64::from(id),
-                "{label}: label is not the id"
-            );
-        }
-        let slots = if *mode == Mode::VisualOnly { 1 } else { 2 };
-        assert_eq!(s.slots.len(), slots, "{label}: slots");
-        for &p in &s.slots {
-            assert_eq!(s.input_ids[p], fmt.embed_pad_id(), "{label}");
-        }
-        supervised += ours.iter().filter(|&&m| m).count();
-    }
+    let supervised =
+        common::check_instances(&fmt, &sequences(&fmt), r["instances"].as_array().unwrap());
     assert!(supervised > 40, "{supervised} supervised tokens");
 }
 
