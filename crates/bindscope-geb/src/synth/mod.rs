@@ -48,8 +48,8 @@
 //! - Training conversation `i` is about image `train/{i:06}.png` of category `i mod 3`.
 //! - The correct option of a lettered question is at a uniform position among its options
 //!   (3–4 for the natural questions, the text colour and the tallest bar, 2 for the bar
-//!   comparison), so over a split `(A)` and
-//!   `(B)` are more frequent golds than `(C)` and `(D)`; `synth.json` counts them.
+//!   comparison), so over a split `(A)` and `(B)` are more frequent golds than `(C)` and
+//!   `(D)`; `synth.json` counts them.
 //!
 //! # Randomness
 //! Every draw comes from [`bindscope_core::rng::stream`]`(seed, [NAMESPACE, split, category,

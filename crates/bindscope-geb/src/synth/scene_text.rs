@@ -182,8 +182,8 @@ fn length_q(t: &Text) -> Qa {
     qa::chartqa(q, t.shown.chars().count() as u32)
 }
 
-/// One image and its questions: one item for evaluation (reading the text, or half as often
-/// its colour or its length); for training the reading question and 1–3 others.
+/// One image and its questions: one item for evaluation (reading the text half the time, its
+/// colour or its length a quarter each); for training the reading question and 1–3 others.
 pub(super) fn unit(ctx: &Ctx, s: &super::Streams, want: Want) -> Unit {
     let (t, image) = draw(&mut s.image(), ctx);
     let qas = match want {
