@@ -148,14 +148,14 @@ pub struct TrainArgs {
     lr: f64,
     /// The adapters' own peak learning rate (LLaVA's mm_projector_lr), same schedule; unset:
     /// --lr, as in the paper.
-    #[arg(long)]
+    #[arg(long, value_parser = non_negative, allow_hyphen_values = true)]
     adapter_lr: Option<f64>,
     /// Train rank-R LoRA factors on the decoder's attention and MLP projections instead of all
     /// its weights (the paper's LoRA ablation); the embedding adapters stay fully trainable.
     #[arg(long, value_name = "R", value_parser = clap::value_parser!(u64).range(1..))]
     lora: Option<u64>,
     /// LoRA's α (the update is scaled by α/R); default 2R (LLaVA-1.5's LoRA setting).
-    #[arg(long, requires = "lora")]
+    #[arg(long, requires = "lora", value_parser = positive, allow_hyphen_values = true)]
     lora_alpha: Option<f64>,
     /// Epochs.
     #[arg(long, default_value_t = TrainConfig::default().epochs)]
@@ -231,6 +231,22 @@ pub struct EvalArgs {
     /// Start a new run even if a matching one exists.
     #[arg(long)]
     fresh: bool,
+}
+
+/// A finite number ≥ 0 (a learning rate; 0 freezes what it applies to).
+fn non_negative(s: &str) -> std::result::Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!("expected a finite number ≥ 0, got '{s}'")),
+    }
+}
+
+/// A finite number > 0.
+fn positive(s: &str) -> std::result::Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(format!("expected a finite number > 0, got '{s}'")),
+    }
 }
 
 fn parse_mode(s: &str) -> std::result::Result<Mode, String> {

@@ -465,6 +465,25 @@ fn a_lora_run_resumes_and_saves_a_merged_readout_that_evaluates() {
     assert!(text(&o).contains("--lora"), "{}", text(&o));
     let o = train(&data, &emb, &dir.join("bad"), &["--lora", "0"]);
     assert!(!o.status.success());
+    for bad in [
+        ["--lora-alpha", "-1"].as_slice(),
+        &["--lora-alpha", "0"],
+        &["--adapter-lr", "-1e-3"],
+        &["--adapter-lr", "NaN"],
+    ] {
+        let args: Vec<&str> = if bad[0] == "--lora-alpha" {
+            [&["--lora", "2"], bad].concat()
+        } else {
+            bad.to_vec()
+        };
+        let o = train(&data, &emb, &dir.join("bad"), &args);
+        assert!(!o.status.success(), "{args:?}");
+        assert!(
+            text(&o).contains("expected a finite number"),
+            "{}",
+            text(&o)
+        );
+    }
     assert!(!dir.join("bad").exists());
     let _ = std::fs::remove_dir_all(&dir);
 }
