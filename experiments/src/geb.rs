@@ -157,6 +157,11 @@ pub struct TrainArgs {
     /// LoRA's α (the update is scaled by α/R); default 2R (LLaVA-1.5's LoRA setting).
     #[arg(long, requires = "lora", value_parser = positive, allow_hyphen_values = true)]
     lora_alpha: Option<f64>,
+    /// Standardise each embedding dimension with the training embeddings' mean and standard
+    /// deviation before the adapter (stored with the run, applied at evaluation; not in the
+    /// paper: see the README's GEB known limit).
+    #[arg(long)]
+    standardize: bool,
     /// Epochs.
     #[arg(long, default_value_t = TrainConfig::default().epochs)]
     epochs: usize,
@@ -414,6 +419,7 @@ fn run_train(a: TrainArgs, ctx: &RunContext) -> Result<()> {
     };
     cfg.adapter_hidden = a.adapter_hidden;
     cfg.max_steps = a.max_steps;
+    cfg.standardize = a.standardize;
     let r = bindscope_geb::study::train::run(&cfg, &Output::new(a.out, a.fresh), ctx)?;
     if !r.skipped.is_empty() {
         println!(

@@ -53,6 +53,17 @@ fn synth(dir: &Path) -> PathBuf {
 }
 
 fn train(data: &Path, emb: &Path, out: &Path, extra: &[&str]) -> std::process::Output {
+    train_from(data, "--embedder", emb, out, extra)
+}
+
+/// `geb train` with the embeddings named by `flag` (`--embedder` or `--embeddings`).
+fn train_from(
+    data: &Path,
+    flag: &str,
+    emb: &Path,
+    out: &Path,
+    extra: &[&str],
+) -> std::process::Output {
     bin()
         .args(["geb", "train", "--data"])
         .arg(data)
@@ -61,7 +72,7 @@ fn train(data: &Path, emb: &Path, out: &Path, extra: &[&str]) -> std::process::O
             &fixture("geb_readout"),
             "--mode",
             "visual-only",
-            "--embedder",
+            flag,
         ])
         .arg(emb)
         .args([
@@ -546,5 +557,151 @@ fn audit_finds_a_test_image_copied_into_train_and_a_wrong_manifest_hash() {
         "{}",
         text(&o)
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Each step's loss of a run's `train_log.jsonl`.
+fn losses(run: &Path) -> Vec<f64> {
+    std::fs::read_to_string(run.join("train_log.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["loss"]
+                .as_f64()
+                .unwrap()
+        })
+        .collect()
+}
+
+/// Writes `rows` (`[ids.len(), d]`) as an embedding file.
+fn write_embeddings(path: &Path, ids: &[String], d: usize, rows: &[f32]) {
+    let bytes: Vec<u8> = rows.iter().flat_map(|x| x.to_le_bytes()).collect();
+    let view =
+        safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![ids.len(), d], &bytes)
+            .unwrap();
+    let meta =
+        std::collections::HashMap::from([("ids".to_string(), serde_json::to_string(ids).unwrap())]);
+    std::fs::write(
+        path,
+        safetensors::serialize([("embeddings", view)], Some(meta)).unwrap(),
+    )
+    .unwrap();
+}
+
+/// `--standardize` removes each dimension's training mean and scale: a run on embeddings moved
+/// by a per-dimension affine map `a·e + b` (a > 0) trains and evaluates as the run on `e` (the
+/// same loss curve, the same predictions), its recorded statistics are `a·μ + b` and `a·σ`,
+/// and without `--standardize` the same move changes the loss curve.
+#[test]
+fn standardize_is_fit_on_training_rows_and_applied_at_evaluation() {
+    let dir = scratch("geb-readout", "standardize");
+    std::fs::create_dir_all(&dir).unwrap();
+    let data = synth(&dir);
+    let emb = embedder(&dir);
+    let std_flag = ["--standardize"];
+    let raw = dir.join("raw");
+    let o = train(&data, &emb, &raw, &std_flag);
+    assert!(o.status.success(), "{}", text(&o));
+    let eval_raw = dir.join("eval-raw");
+    let o = eval_run(&raw, &eval_raw);
+    assert!(o.status.success(), "{}", text(&o));
+
+    // The cache now holds every split's image embeddings; move them.
+    let cache = std::fs::read_dir(data.join("embeddings"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.to_string_lossy().ends_with(".image.safetensors"))
+        .unwrap();
+    let bytes = std::fs::read(&cache).unwrap();
+    let (_, meta) = safetensors::SafeTensors::read_metadata(&bytes).unwrap();
+    let ids: Vec<String> = serde_json::from_str(&meta.metadata().as_ref().unwrap()["ids"]).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let t = st.tensor("embeddings").unwrap();
+    let d = t.shape()[1];
+    let e: Vec<f32> = t
+        .data()
+        .chunks(4)
+        .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+        .collect();
+    let a = |j: usize| 0.5 + 0.25 * (j % 7) as f32;
+    let b = |j: usize| 3.0 - 0.5 * (j % 5) as f32;
+    let moved_rows: Vec<f32> = e
+        .iter()
+        .enumerate()
+        .map(|(i, v)| a(i % d) * v + b(i % d))
+        .collect();
+    let moved = dir.join("moved.safetensors");
+    write_embeddings(&moved, &ids, d, &moved_rows);
+
+    let run = dir.join("moved");
+    let o = train_from(&data, "--embeddings", &moved, &run, &std_flag);
+    assert!(o.status.success(), "{}", text(&o));
+    let (l0, l1) = (losses(&raw), losses(&run));
+    assert_eq!(l0.len(), l1.len());
+    for (x, y) in l0.iter().zip(&l1) {
+        assert!((x - y).abs() <= 1e-4 * x.abs().max(1.0), "{l0:?} vs {l1:?}");
+    }
+    let record = |r: &Path| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(r.join("readout.json")).unwrap()).unwrap()
+    };
+    let floats = |v: &serde_json::Value| -> Vec<f64> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect()
+    };
+    let (r0, r1) = (record(&raw), record(&run));
+    assert_eq!(r0["standardizers"].as_array().unwrap().len(), 1);
+    let (m0, s0) = (
+        floats(&r0["standardizers"][0]["mean"]),
+        floats(&r0["standardizers"][0]["scale"]),
+    );
+    let (m1, s1) = (
+        floats(&r1["standardizers"][0]["mean"]),
+        floats(&r1["standardizers"][0]["scale"]),
+    );
+    assert_eq!(m0.len(), d);
+    for j in 0..d {
+        let (aj, bj) = (f64::from(a(j)), f64::from(b(j)));
+        assert!((aj * m0[j] + bj - m1[j]).abs() < 1e-4, "mean {j}");
+        assert!(
+            (aj * s0[j] - s1[j]).abs() < 1e-4 * s1[j].max(1.0),
+            "scale {j}"
+        );
+    }
+    assert_eq!(r0["run"]["standardize"], true);
+
+    // Evaluation applies the stored statistics: the moved run on moved embeddings answers as
+    // the raw run on raw ones, under every control.
+    let eval_moved = dir.join("eval-moved");
+    let o = eval_run(&run, &eval_moved);
+    assert!(o.status.success(), "{}", text(&o));
+    for c in ["matched", "zero", "shuffled"] {
+        let answers = |e: &Path| -> Vec<String> {
+            std::fs::read_to_string(e.join(format!("predictions-{c}.jsonl")))
+                .unwrap()
+                .lines()
+                .map(|l| {
+                    let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                    v["prediction"].to_string()
+                })
+                .collect()
+        };
+        assert_eq!(answers(&eval_raw), answers(&eval_moved), "{c}");
+    }
+
+    // Without --standardize the move shows (the invariance above is the flag's doing), and the
+    // run's record has no standardisation.
+    let plain = dir.join("plain");
+    let o = train_from(&data, "--embeddings", &moved, &plain, &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    let l2 = losses(&plain);
+    assert!(
+        l0.iter().zip(&l2).any(|(x, y)| (x - y).abs() > 1e-3),
+        "{l0:?} vs {l2:?}"
+    );
+    let r2 = record(&plain);
+    assert!(r2.get("standardizers").is_none() && r2["run"].get("standardize").is_none());
     let _ = std::fs::remove_dir_all(&dir);
 }

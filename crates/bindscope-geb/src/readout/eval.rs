@@ -23,7 +23,8 @@
 //! ## Controls
 //! - [`Control::Matched`]: each item with its own embedding.
 //! - [`Control::Zero`]: every embedding replaced by the zero vector (the adapter then gives a
-//!   constant: its LayerNorm's bias through the MLP).
+//!   constant: its LayerNorm's bias through the MLP). For a `--standardize` run the zero vector
+//!   is the standardised input, i.e. the training mean embedding ([`super::standardize`]).
 //! - [`Control::Shuffled`]: within each evaluation batch the embeddings are cyclically shifted
 //!   by one position (`torch.roll(e, 1, dims=0)`: row `i` takes row `i − 1`), as the paper
 //!   does. A batch of one item is its own shift: evaluation batches of the shuffled control are

@@ -14,4 +14,5 @@ pub mod embeddings;
 pub mod eval;
 pub mod inject;
 pub mod model;
+pub mod standardize;
 pub mod train;

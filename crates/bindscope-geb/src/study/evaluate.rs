@@ -241,7 +241,7 @@ pub fn run(cfg: &EvalRun, out: &Output, ctx: &RunContext) -> Result<EvalReport> 
             .map(|it| slot.key(&it.image, &it.question))
             .collect();
         let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
-        let rows = f
+        let mut rows = f
             .lookup(&refs, &path.display().to_string())
             .map_err(anyhow::Error::msg)?;
         if f.dim != record.adapters[tables.len()].embed {
@@ -254,6 +254,10 @@ pub fn run(cfg: &EvalRun, out: &Output, ctx: &RunContext) -> Result<EvalReport> 
             );
         }
         hashes.push(rows_sha256(&keys, &rows));
+        // A --standardize run: the training rows' statistics, on these rows too.
+        if let Some(st) = record.standardizers.get(tables.len()) {
+            st.apply(&mut rows);
+        }
         tables.push(rows);
     }
     let identity = serde_json::json!({

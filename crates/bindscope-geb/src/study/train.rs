@@ -26,6 +26,7 @@ use crate::readout::adapter::{AdapterDims, EmbeddingAdapter, PAPER_HIDDEN};
 use crate::readout::chat::{ChatFormat, Mode, Sequence};
 use crate::readout::conversation::read_llava;
 use crate::readout::model::GenerativeReadout;
+use crate::readout::standardize::Standardizer;
 use crate::readout::train::{
     NAMESPACE, SlotTable, StepLog, TrainConfig, TrainSet, Trainer, apply_decoder_lora,
 };
@@ -52,6 +53,11 @@ pub struct TrainRun {
     pub embed_batch: usize,
     /// Stop after this many optimizer steps (a shortened run; `None`: the whole schedule).
     pub max_steps: Option<usize>,
+    /// Standardise each embedding dimension with the training rows' mean and standard deviation
+    /// before the adapter ([`crate::readout::standardize`]; not in the paper). Absent from the
+    /// record when off, so runs without it keep their identity.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub standardize: bool,
 }
 
 impl TrainRun {
@@ -66,6 +72,7 @@ impl TrainRun {
             adapter_hidden: PAPER_HIDDEN,
             embed_batch: 32,
             max_steps: None,
+            standardize: false,
         }
     }
 }
@@ -87,6 +94,10 @@ pub struct ReadoutRecord {
     pub steps: usize,
     /// Steps of the whole schedule (`steps < total_steps`: a run stopped by `--max-steps`).
     pub total_steps: usize,
+    /// Each slot's standardisation (`--standardize`; empty without it), which evaluation
+    /// applies to its items' embeddings.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub standardizers: Vec<Standardizer>,
 }
 
 /// The decoder, its chat format, its EOS ids and the fill id, opened for training or
@@ -197,12 +208,28 @@ pub fn run(cfg: &TrainRun, out: &Output, ctx: &RunContext) -> Result<TrainReport
     let files = slot_files(&cfg.embedder, &slots, &data, &needs, cfg.embed_batch, ctx)?;
     let mut tables = Vec::new();
     let mut hashes = Vec::new();
+    let mut standardizers = Vec::new();
     for ((f, path), k) in files.iter().zip(&keys) {
         let refs: Vec<&str> = k.iter().map(String::as_str).collect();
-        let rows = f
+        let mut rows = f
             .lookup(&refs, &path.display().to_string())
             .map_err(anyhow::Error::msg)?;
         hashes.push(rows_sha256(k, &rows));
+        if cfg.standardize {
+            // The statistics of the distinct embeddings: an image counts once, however many
+            // turns its conversation has.
+            let mut seen = std::collections::HashSet::new();
+            let distinct: Vec<f32> = k
+                .iter()
+                .zip(rows.chunks(f.dim))
+                .filter(|(key, _)| seen.insert(key.as_str()))
+                .flat_map(|(_, r)| r.iter().copied())
+                .collect();
+            let s = Standardizer::fit(&distinct, f.dim)
+                .map_err(|e| anyhow!("--standardize on {}: {e}", path.display()))?;
+            s.apply(&mut rows);
+            standardizers.push(s);
+        }
         tables.push(SlotTable { dim: f.dim, rows });
     }
     let set = TrainSet::new(sequences, tables, max_tokens).map_err(anyhow::Error::msg)?;
@@ -334,6 +361,7 @@ pub fn run(cfg: &TrainRun, out: &Output, ctx: &RunContext) -> Result<TrainReport
             embeddings_sha256: hashes,
             steps: trainer.step,
             total_steps: trainer.total_steps(),
+            standardizers,
         },
     )?;
     super::plots::train_plots(&dir)?;
