@@ -160,7 +160,7 @@ pub struct TrainArgs {
     /// Standardise each embedding dimension with the training embeddings' mean and standard
     /// deviation before the adapter (stored with the run, applied at evaluation; not in the
     /// paper: see the README's GEB known limit).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "text_only")]
     standardize: bool,
     /// Epochs.
     #[arg(long, default_value_t = TrainConfig::default().epochs)]

@@ -671,6 +671,59 @@ fn standardize_is_fit_on_training_rows_and_applied_at_evaluation() {
         );
     }
     assert_eq!(r0["run"]["standardize"], true);
+    // Fitted on the distinct training images (population std), not on every cached row.
+    let train_json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(data.join("train.json")).unwrap()).unwrap();
+    let train_images: std::collections::BTreeSet<&str> = train_json
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["image"].as_str().unwrap())
+        .collect();
+    let stats = |keep: &dyn Fn(&str) -> bool| -> (Vec<f64>, Vec<f64>) {
+        let rows: Vec<&[f32]> = ids
+            .iter()
+            .zip(e.chunks(d))
+            .filter(|(id, _)| keep(id))
+            .map(|(_, r)| r)
+            .collect();
+        let n = rows.len() as f64;
+        let mean: Vec<f64> = (0..d)
+            .map(|j| rows.iter().map(|r| f64::from(r[j])).sum::<f64>() / n)
+            .collect();
+        let sd = (0..d)
+            .map(|j| {
+                (rows
+                    .iter()
+                    .map(|r| (f64::from(r[j]) - mean[j]).powi(2))
+                    .sum::<f64>()
+                    / n)
+                    .sqrt()
+            })
+            .collect();
+        (mean, sd)
+    };
+    let (want_m, want_s) = stats(&|id| train_images.contains(id));
+    assert_eq!(
+        train_images.len() + 6,
+        ids.len(),
+        "the cache also holds the test images"
+    );
+    for j in 0..d {
+        assert!(
+            (m0[j] - want_m[j]).abs() < 1e-5 * want_m[j].abs().max(1.0),
+            "mean {j}"
+        );
+        assert!(
+            (s0[j] - want_s[j]).abs() < 1e-5 * want_s[j].max(1.0),
+            "scale {j}"
+        );
+    }
+    let (all_m, _) = stats(&|_| true);
+    assert!(
+        (0..d).any(|j| (all_m[j] - m0[j]).abs() > 1e-4),
+        "the test rows would move the mean"
+    );
 
     // Evaluation applies the stored statistics: the moved run on moved embeddings answers as
     // the raw run on raw ones, under every control.
@@ -693,15 +746,48 @@ fn standardize_is_fit_on_training_rows_and_applied_at_evaluation() {
 
     // Without --standardize the move shows (the invariance above is the flag's doing), and the
     // run's record has no standardisation.
+    let plain_raw = dir.join("plain-raw");
+    let o = train(&data, &emb, &plain_raw, &[]);
+    assert!(o.status.success(), "{}", text(&o));
     let plain = dir.join("plain");
     let o = train_from(&data, "--embeddings", &moved, &plain, &[]);
     assert!(o.status.success(), "{}", text(&o));
-    let l2 = losses(&plain);
+    let (l2, l3) = (losses(&plain_raw), losses(&plain));
     assert!(
-        l0.iter().zip(&l2).any(|(x, y)| (x - y).abs() > 1e-3),
-        "{l0:?} vs {l2:?}"
+        l2.iter().zip(&l3).any(|(x, y)| (x - y).abs() > 1e-3),
+        "{l2:?} vs {l3:?}"
     );
     let r2 = record(&plain);
     assert!(r2.get("standardizers").is_none() && r2["run"].get("standardize").is_none());
+
+    // A --standardize record without its statistics is refused, not evaluated raw.
+    let broken = dir.join("broken");
+    std::fs::create_dir_all(&broken).unwrap();
+    for f in ["readout.safetensors", "config.json"] {
+        std::fs::copy(run.join(f), broken.join(f)).unwrap();
+    }
+    let mut r = r1.clone();
+    r.as_object_mut().unwrap().remove("standardizers");
+    std::fs::write(broken.join("readout.json"), r.to_string()).unwrap();
+    let o = eval_run(&broken, &dir.join("eval-broken"));
+    assert!(!o.status.success());
+    assert!(text(&o).contains("a --standardize run"), "{}", text(&o));
+    assert!(!dir.join("eval-broken").exists(), "nothing written");
+    // The text-only control has no embedding to standardise.
+    let o = bin()
+        .args(["geb", "train", "--data"])
+        .arg(&data)
+        .args([
+            "--decoder",
+            &fixture("geb_readout"),
+            "--mode",
+            "visual-only",
+        ])
+        .args(["--text-only", "--standardize", "--out"])
+        .arg(dir.join("text"))
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(text(&o).contains("--standardize"), "{}", text(&o));
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,9 +1,13 @@
 //! Per-dimension standardisation of the embeddings before the adapter (`geb train
 //! --standardize`): `z = (e − μ) / σ`, with `μ` and `σ` the mean and the population standard
-//! deviation (ddof 0) of each dimension over the training embeddings, the rows of distinct keys
-//! (an image embedded once counts once, however many turns its conversation has). This is
-//! scikit-learn's `StandardScaler` (`with_mean`, `with_std`; a dimension whose σ is 0 is
-//! scaled by 1, as `StandardScaler` does).
+//! deviation (ddof 0) of each dimension over the training embeddings: the rows of the distinct
+//! keys of `train.json`'s conversations (an image counts once however many turns its
+//! conversation has; a question embedding once per image and question text), sequences later
+//! left out for length included. This is scikit-learn's `StandardScaler` (`with_mean`,
+//! `with_std`): sums accumulated in f64, and a dimension indistinguishable from a constant
+//! (`StandardScaler`'s `_is_constant_feature`: `var ≤ n·ε·var + (n·μ·ε)²`, ε the f64 machine
+//! epsilon) scaled by 1. As with `StandardScaler`, a dimension nearly constant on the training
+//! rows but varying at evaluation gives large `z` there; no floor is applied beyond that test.
 //!
 //! It is an opt-in departure from the paper's eq. 1–3, which feed the raw embedding to the
 //! adapter. Why it exists: the adapter L2-normalises `e` and its LayerNorm normalises each row
@@ -11,7 +15,7 @@
 //! evens out the dimensions' scales. For DINOv2-S pooled features the mean vector is most of
 //! each row's norm, and answer-relevant directions (a text's colour) have small variance; a
 //! readout then learns them slowly, while a linear probe on the same vectors finds them
-//! (README, "GEB: the conditioning diagnostic"). The statistics are fixed from the training rows
+//! (README, the GEB "Known limit" paragraph). The statistics are fixed from the training rows
 //! and stored with the run (`readout.json`), and evaluation applies the same `μ`, `σ` to its
 //! items' embeddings.
 //!
@@ -69,11 +73,15 @@ impl Standardizer {
                 *s += c * c;
             }
         }
+        let nf = n as f64;
         let scale = var
             .iter()
-            .map(|s| {
-                let sd = (s / n as f64).sqrt();
-                if sd == 0.0 { 1.0 } else { sd as f32 }
+            .zip(&mean)
+            .map(|(s, m)| {
+                let var = s / nf;
+                let constant = var <= nf * f64::EPSILON * var + (nf * m * f64::EPSILON).powi(2);
+                let sd = var.sqrt() as f32;
+                if constant || !sd.is_normal() { 1.0 } else { sd }
             })
             .collect();
         Ok(Self {
@@ -87,7 +95,7 @@ impl Standardizer {
         self.mean.len()
     }
 
-    /// Standardises `rows` (`[n, d]` row-major) in place.
+    /// Standardises `rows` (`[n, d]` row-major) in place (each value computed in f64).
     ///
     /// # Panics
     /// When `rows.len()` is not a multiple of [`Standardizer::dim`] (a caller bug: widths are
@@ -100,7 +108,7 @@ impl Standardizer {
         );
         for r in rows.chunks_mut(d) {
             for ((v, m), s) in r.iter_mut().zip(&self.mean).zip(&self.scale) {
-                *v = (*v - m) / s;
+                *v = ((f64::from(*v) - f64::from(*m)) / f64::from(*s)) as f32;
             }
         }
     }

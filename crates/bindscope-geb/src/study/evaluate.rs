@@ -171,6 +171,27 @@ pub fn run(cfg: &EvalRun, out: &Output, ctx: &RunContext) -> Result<EvalReport> 
             record.slots
         );
     }
+    // A --standardize run's statistics: one per slot, of the adapter's width.
+    if record.run.standardize
+        && (record.standardizers.len() != record.adapters.len()
+            || record
+                .standardizers
+                .iter()
+                .zip(&record.adapters)
+                .any(|(s, a)| s.dim() != a.embed))
+    {
+        bail!(
+            "{}: a --standardize run, but its standardizers ({} of widths {:?}) are not one per adapter of widths {:?}",
+            rec_path.display(),
+            record.standardizers.len(),
+            record
+                .standardizers
+                .iter()
+                .map(|s| s.dim())
+                .collect::<Vec<_>>(),
+            record.adapters.iter().map(|a| a.embed).collect::<Vec<_>>()
+        );
+    }
     let mut items = read_manifest(&data.manifest(&cfg.split))?;
     if let Some(l) = cfg.limit {
         if l == 0 {
