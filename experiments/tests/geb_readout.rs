@@ -421,18 +421,8 @@ fn bad_training_inputs_are_refused_by_name() {
 /// An embedding file (safetensors `embeddings` + `ids` metadata) for ids that are not in the
 /// data.
 fn bindscope_geb_file(path: &Path) {
-    let bytes: Vec<u8> = [0.5f32; 8].iter().flat_map(|x| x.to_le_bytes()).collect();
-    let view =
-        safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![2, 4], &bytes).unwrap();
-    let meta = std::collections::HashMap::from([(
-        "ids".to_string(),
-        r#"["elsewhere/1.png", "elsewhere/2.png"]"#.to_string(),
-    )]);
-    std::fs::write(
-        path,
-        safetensors::serialize([("embeddings", view)], Some(meta)).unwrap(),
-    )
-    .unwrap();
+    let ids = ["elsewhere/1.png".to_string(), "elsewhere/2.png".to_string()];
+    write_embeddings(path, &ids, 4, &[0.5; 8]);
 }
 
 #[test]
