@@ -59,6 +59,11 @@ pub struct AuditArgs {
     out: Option<PathBuf>,
 }
 
+/// Whether the command trains (and so may run data-parallel on several devices).
+pub fn trains(args: &GebArgs) -> bool {
+    matches!(args.command, GebCommand::Train(_))
+}
+
 /// `true` for the commands that compute on a device.
 pub fn needs_device(args: &GebArgs) -> bool {
     matches!(args.command, GebCommand::Train(_) | GebCommand::Eval(_))

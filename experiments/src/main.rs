@@ -8,7 +8,8 @@
 //!
 //! `--device cpu|cuda[:N]|wgpu[:N]|wgpu:integrated[:N]|wgpu:cpu` (or `BURN_DEVICE`) picks the
 //! device; `cuda` and `wgpu` need the cargo features of the same name. `experiments devices`
-//! lists what this build and machine can use.
+//! lists what this build and machine can use. `geb train` also takes a comma-separated list of
+//! devices (`--device cuda:0,cuda:1`) and trains data-parallel.
 
 mod binding;
 mod common;
@@ -35,6 +36,7 @@ use clap::{Parser, Subcommand};
 struct Cli {
     /// Device: cpu (burn flex), cuda[:N], wgpu (the best adapter), wgpu:N (discrete GPU N),
     /// wgpu:integrated[:N], wgpu:virtual[:N], wgpu:cpu (software adapter). `devices` lists them.
+    /// `geb train` takes a comma-separated list (`cuda:0,cuda:1`): data-parallel training.
     #[arg(long, global = true, env = "BURN_DEVICE", default_value = "cpu")]
     device: String,
     #[command(subcommand)]
@@ -93,38 +95,55 @@ fn main() {
         Command::Finetune(a) => finetune::needs_device(a),
         _ => true,
     };
+    // Several devices (`cuda:0,cuda:1`) are for data-parallel training only.
+    let specs: Vec<&str> = spec.split(',').collect();
+    let data_parallel = matches!(&cli.command, Command::Geb(a) if geb::trains(a));
+    if specs.len() > 1 && !data_parallel {
+        eprintln!(
+            "error: --device {spec}: several devices are for `geb train` (data-parallel); this command runs on one"
+        );
+        std::process::exit(1);
+    }
     // Acquired before any work: a missing device leaves no run directory behind.
     let opened = if needs_device {
-        bindscope_core::open_device(&spec)
+        bindscope_core::open_device(specs[0]).and_then(|first| {
+            let replicas = specs[1..]
+                .iter()
+                .map(|s| bindscope_core::open_device(s))
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok((first, replicas))
+        })
     } else {
         spec.parse::<bindscope_core::DeviceSpec>()
-            .map(|_| burn::tensor::Device::flex())
+            .map(|_| (burn::tensor::Device::flex(), Vec::new()))
     };
-    let result = opened.map_err(anyhow::Error::from).and_then(|device| {
-        // Where every study runs: the device and this binary's build facts.
-        let ctx = common::context(&device, &spec);
-        let done = match cli.command {
-            Command::Jer(a) => jer::run(a, &ctx),
-            Command::Info(a) => info::run(a, &device, &spec),
-            Command::Embed(a) => embed::run(a, &device),
-            Command::Generate(a) => generate::run(a, &device),
-            Command::Finetune(a) => finetune::run(a, &ctx),
-            Command::Foveated(a) => foveated::run(a, &ctx),
-            Command::Binding(a) => binding::run_binding_cmd(a, &ctx),
-            Command::Samediff(a) => binding::run_samediff_cmd(a, &ctx),
-            Command::Geometry(a) => geometry::run(a, &ctx),
-            Command::ProbeAll(a) => probe_all::run(a, &ctx),
-            Command::Correlate(a) => correlate::run(a, &ctx),
-            Command::Geb(a) => geb::run(a, &ctx),
-            Command::Saber(a) => saber::run(a, &ctx),
-            Command::Devices => unreachable!("handled above"),
-        };
-        // Let queued GPU work finish before the process exits: a driver still compiling a
-        // kernel on its own thread when the process tears down can crash (seen with Mesa
-        // lavapipe: SIGSEGV in LLVM's code generator at exit).
-        let _ = device.sync();
-        done
-    });
+    let result = opened
+        .map_err(anyhow::Error::from)
+        .and_then(|(device, replicas)| {
+            // Where every study runs: the device and this binary's build facts.
+            let ctx = common::context(&device, &spec).with_replicas(replicas);
+            let done = match cli.command {
+                Command::Jer(a) => jer::run(a, &ctx),
+                Command::Info(a) => info::run(a, &device, &spec),
+                Command::Embed(a) => embed::run(a, &device),
+                Command::Generate(a) => generate::run(a, &device),
+                Command::Finetune(a) => finetune::run(a, &ctx),
+                Command::Foveated(a) => foveated::run(a, &ctx),
+                Command::Binding(a) => binding::run_binding_cmd(a, &ctx),
+                Command::Samediff(a) => binding::run_samediff_cmd(a, &ctx),
+                Command::Geometry(a) => geometry::run(a, &ctx),
+                Command::ProbeAll(a) => probe_all::run(a, &ctx),
+                Command::Correlate(a) => correlate::run(a, &ctx),
+                Command::Geb(a) => geb::run(a, &ctx),
+                Command::Saber(a) => saber::run(a, &ctx),
+                Command::Devices => unreachable!("handled above"),
+            };
+            // Let queued GPU work finish before the process exits: a driver still compiling a
+            // kernel on its own thread when the process tears down can crash (seen with Mesa
+            // lavapipe: SIGSEGV in LLVM's code generator at exit).
+            let _ = device.sync();
+            done
+        });
     if let Err(e) = result {
         eprintln!("error: {}", error_text(&e));
         std::process::exit(1);

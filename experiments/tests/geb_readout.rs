@@ -781,3 +781,41 @@ fn standardize_is_fit_on_training_rows_and_applied_at_evaluation() {
     assert!(text(&o).contains("--standardize"), "{}", text(&o));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `--device cpu,cpu`: data-parallel training over two devices (here two copies on the CPU)
+/// ends with the one-device run's weights, bit for bit; too few micro-batches for the devices,
+/// and several devices for a command that does not train, are refused before any work.
+#[test]
+fn data_parallel_training_gives_the_one_device_weights() {
+    let dir = scratch("geb-readout", "data-parallel");
+    std::fs::create_dir_all(&dir).unwrap();
+    let data = synth(&dir);
+    let emb = embedder(&dir);
+    // Two micro-batches per step (`train`'s --grad-accum 2): one on each device.
+    let (one, two) = (dir.join("one"), dir.join("two"));
+    let o = train(&data, &emb, &one, &["--device", "cpu"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = train(&data, &emb, &two, &["--device", "cpu,cpu"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(
+        tensors(&one.join("readout.safetensors")),
+        tensors(&two.join("readout.safetensors"))
+    );
+    assert_eq!(losses(&one), losses(&two));
+    let bad = dir.join("bad");
+    let o = train(&data, &emb, &bad, &["--device", "cpu,cpu,cpu"]);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("--grad-accum is 2"), "{}", text(&o));
+    assert!(!bad.exists(), "nothing written");
+    let o = bin()
+        .args(["geb", "eval", "--device", "cpu,cpu", "--run"])
+        .arg(&one)
+        .arg("--out")
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(text(&o).contains("several devices"), "{}", text(&o));
+    assert!(!bad.exists(), "nothing written");
+    let _ = std::fs::remove_dir_all(&dir);
+}

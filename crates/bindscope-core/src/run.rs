@@ -537,6 +537,9 @@ pub struct RunContext {
     pub device_spec: String,
     /// The program's build facts.
     pub build: BuildInfo,
+    /// Further opened devices of a data-parallel run (`--device cuda:0,cuda:1`: `cuda:1`);
+    /// empty for one device. Only commands that train data-parallel accept them.
+    pub replicas: Vec<burn::tensor::Device>,
 }
 
 impl RunContext {
@@ -546,7 +549,14 @@ impl RunContext {
             device,
             device_spec: device_spec.to_string(),
             build,
+            replicas: Vec::new(),
         }
+    }
+
+    /// The context with `replicas` as the further devices of a data-parallel run.
+    pub fn with_replicas(mut self, replicas: Vec<burn::tensor::Device>) -> Self {
+        self.replicas = replicas;
+        self
     }
 
     /// The device record of this run.

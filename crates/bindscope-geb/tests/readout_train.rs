@@ -363,3 +363,36 @@ fn a_lora_run_trains_only_the_factors_and_the_adapters_and_resumes_to_the_same_p
     );
     assert_eq!(flat(&resumed.adapters), flat(&trained.adapters));
 }
+
+#[test]
+fn data_parallel_steps_are_the_one_device_steps() {
+    let device = bindscope_core::device::test_device().autodiff();
+    let data = data();
+    let n = data.sequences.len();
+    // 5 sequences, micro-batches of 1, 3 per step, two epochs: steps of 3 and 2 micro-batches,
+    // so rounds of 2 devices and 1 (an uneven last round) and a round short of 3 devices.
+    let run = |replicas: Vec<Device>| {
+        let mut t = Trainer::new(readout(&device), cfg(1, 3, 2), n, 2, device.clone())
+            .with_replicas(replicas)
+            .unwrap();
+        let losses: Vec<f64> = (0..3).map(|_| t.train_step(&data).unwrap().loss).collect();
+        (losses, flat(&t.model.valid()))
+    };
+    let (l1, p1) = run(Vec::new());
+    let (l2, p2) = run(vec![device.clone()]);
+    let (l3, p3) = run(vec![device.clone(), device.clone()]);
+    assert_eq!(l1, l2);
+    assert_eq!(
+        p1, p2,
+        "two devices: the one-device parameters, bit for bit"
+    );
+    assert_eq!(l1, l3);
+    assert_eq!(p1, p3, "three devices");
+    assert_ne!(p1, flat(&readout(&device).valid()), "it trained");
+    // A device with no micro-batch is refused.
+    let e = Trainer::new(readout(&device), cfg(1, 1, 1), n, 2, device.clone())
+        .with_replicas(vec![device.clone()])
+        .err()
+        .unwrap();
+    assert!(e.contains("--grad-accum is 1"), "{e}");
+}

@@ -296,6 +296,8 @@ pub struct Trainer {
     cfg: TrainConfig,
     n: usize,
     device: Device,
+    /// Further devices of data-parallel training (empty: one device).
+    replicas: Vec<Device>,
     fill: u32,
 }
 
@@ -322,8 +324,32 @@ impl Trainer {
             cfg,
             n,
             device,
+            replicas: Vec::new(),
             fill,
         }
+    }
+
+    /// Data-parallel training over the trainer's device and `more` (autodiff devices): each
+    /// step's micro-batches go round-robin to the devices, which compute their losses and
+    /// gradients at the same time on copies of the readout; the gradients are moved to the first
+    /// device and summed there in micro-batch order, and the optimizer steps there. The sum is
+    /// the one-device step's, term for term, so the numbers are one device's wherever the
+    /// devices compute alike (the same backend: bit for bit; burn-train's `MultiDevice`
+    /// strategy does the same per batch).
+    ///
+    /// # Errors
+    /// A step with fewer micro-batches (`grad_accum`) than devices: a device would have nothing
+    /// to do.
+    pub fn with_replicas(mut self, more: Vec<Device>) -> Result<Self, String> {
+        let devices = more.len() + 1;
+        if devices > 1 && self.cfg.grad_accum < devices {
+            return Err(format!(
+                "{devices} devices need at least {devices} micro-batches per step: --grad-accum is {}",
+                self.cfg.grad_accum
+            ));
+        }
+        self.replicas = more;
+        Ok(self)
     }
 
     /// Steps of the whole run.
@@ -360,25 +386,71 @@ impl Trainer {
         let tokens: usize = batches.iter().map(HostBatch::tokens).sum();
         let mut acc = GradientsAccumulator::<GenerativeReadout>::new();
         let mut loss_sum = 0f64;
-        for (m, batch) in micro.iter().zip(&batches) {
-            if batch.targets == 0 {
-                continue;
-            }
-            let embeddings: Vec<Tensor<2>> = data
-                .slots
-                .iter()
-                .map(|t| t.gather(m, &self.device))
-                .collect();
-            let loss = self
-                .model
-                .loss(batch, &embeddings, &self.device)
+        // One micro-batch's share of the loss and its gradients, on `model`'s device.
+        let micro_step = |model: &GenerativeReadout,
+                          device: &Device,
+                          m: &[usize],
+                          batch: &HostBatch|
+         -> Result<(f64, GradientsParams), String> {
+            let embeddings: Vec<Tensor<2>> =
+                data.slots.iter().map(|t| t.gather(m, device)).collect();
+            let loss = model
+                .loss(batch, &embeddings, device)
                 .map_err(|e| e.to_string())?;
             let weighted = loss * (batch.targets as f64 / targets as f64);
             let value = bindscope_core::device::to_host_f32(weighted.clone())
                 .map_err(|e| e.to_string())?[0];
-            loss_sum += f64::from(value);
-            let grads = GradientsParams::from_grads(weighted.backward(), &self.model);
-            acc.accumulate(&self.model, grads);
+            Ok((
+                f64::from(value),
+                GradientsParams::from_grads(weighted.backward(), model),
+            ))
+        };
+        let work: Vec<(&[usize], &HostBatch)> = micro
+            .iter()
+            .zip(&batches)
+            .filter(|(_, b)| b.targets > 0)
+            .map(|(m, b)| (*m, b))
+            .collect();
+        if self.replicas.is_empty() {
+            for (m, batch) in work {
+                let (value, grads) = micro_step(&self.model, &self.device, m, batch)?;
+                loss_sum += value;
+                acc.accumulate(&self.model, grads);
+            }
+        } else {
+            let devices: Vec<Device> = std::iter::once(self.device.clone())
+                .chain(self.replicas.iter().cloned())
+                .collect();
+            let copies: Vec<GenerativeReadout> = std::iter::once(self.model.clone())
+                .chain(self.replicas.iter().map(|d| self.model.clone().fork(d)))
+                .collect();
+            // Rounds of one micro-batch per device, computed at the same time; the gradients
+            // are summed on the first device in micro-batch order.
+            for round in work.chunks(devices.len()) {
+                let results: Vec<Result<(f64, GradientsParams), String>> =
+                    std::thread::scope(|scope| {
+                        let handles: Vec<_> = round
+                            .iter()
+                            .zip(copies.iter().zip(&devices))
+                            .map(|(&(m, batch), (model, device))| {
+                                let micro_step = &micro_step;
+                                scope.spawn(move || micro_step(model, device, m, batch))
+                            })
+                            .collect();
+                        handles
+                            .into_iter()
+                            .map(|h| {
+                                h.join()
+                                    .unwrap_or_else(|_| Err("a device's worker panicked".into()))
+                            })
+                            .collect()
+                    });
+                for r in results {
+                    let (value, grads) = r?;
+                    loss_sum += value;
+                    acc.accumulate(&self.model, grads.to_device(&self.device, &self.model));
+                }
+            }
         }
         let lr = self.cfg.lr_at(self.step, self.total_steps());
         let policy: ModuleLearningRate = match self.cfg.adapter_lr {

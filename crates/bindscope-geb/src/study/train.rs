@@ -166,6 +166,14 @@ pub struct TrainReport {
 /// Bad data (every bad conversation named), embeddings that do not cover the data, model or
 /// device failures, a run directory of another run.
 pub fn run(cfg: &TrainRun, out: &Output, ctx: &RunContext) -> Result<TrainReport> {
+    let devices = 1 + ctx.replicas.len();
+    if devices > 1 && cfg.recipe.grad_accum < devices {
+        bail!(
+            "--device {}: {devices} devices need at least {devices} micro-batches per step, and --grad-accum is {}",
+            ctx.device_spec,
+            cfg.recipe.grad_accum
+        );
+    }
     let data = DataDir::open(&cfg.data)?;
     let slots = cfg.embedder.slots(cfg.mode)?;
     let convs = read_llava(&data.train())?;
@@ -289,7 +297,10 @@ pub fn run(cfg: &TrainRun, out: &Output, ctx: &RunContext) -> Result<TrainReport
     let dims: Vec<AdapterDims> = adapters.iter().map(EmbeddingAdapter::dims).collect();
     let model = GenerativeReadout { decoder, adapters };
     let n = set.sequences.len();
-    let mut trainer = Trainer::new(model, cfg.recipe.clone(), n, dec.fill, device);
+    let replicas = ctx.replicas.iter().map(|d| d.clone().autodiff()).collect();
+    let mut trainer = Trainer::new(model, cfg.recipe.clone(), n, dec.fill, device)
+        .with_replicas(replicas)
+        .map_err(anyhow::Error::msg)?;
     let mut fp = Fingerprint::new();
     fp.json(&identity);
     let ckpts = Checkpoints::new(dir.join("checkpoints"), fp.hex());
