@@ -98,11 +98,18 @@ fn main() {
     // Several devices (`cuda:0,cuda:1`) are for data-parallel training only.
     let specs: Vec<&str> = spec.split(',').collect();
     let data_parallel = matches!(&cli.command, Command::Geb(a) if geb::trains(a));
-    if specs.len() > 1 && !data_parallel {
-        eprintln!(
-            "error: --device {spec}: several devices are for `geb train` (data-parallel); this command runs on one"
-        );
-        std::process::exit(1);
+    if specs.len() > 1 {
+        let refusal = if !data_parallel {
+            Some("several devices are for `geb train` (data-parallel); this command runs on one")
+        } else if specs.iter().any(|s| s.trim().is_empty()) {
+            Some("an empty device in the list (a stray comma?)")
+        } else {
+            None
+        };
+        if let Some(why) = refusal {
+            eprintln!("error: --device {spec}: {why}");
+            std::process::exit(1);
+        }
     }
     // Acquired before any work: a missing device leaves no run directory behind.
     let opened = if needs_device {
@@ -121,7 +128,7 @@ fn main() {
         .map_err(anyhow::Error::from)
         .and_then(|(device, replicas)| {
             // Where every study runs: the device and this binary's build facts.
-            let ctx = common::context(&device, &spec).with_replicas(replicas);
+            let ctx = common::context(&device, &spec).with_replicas(replicas.clone());
             let done = match cli.command {
                 Command::Jer(a) => jer::run(a, &ctx),
                 Command::Info(a) => info::run(a, &device, &spec),
@@ -142,6 +149,9 @@ fn main() {
             // kernel on its own thread when the process tears down can crash (seen with Mesa
             // lavapipe: SIGSEGV in LLVM's code generator at exit).
             let _ = device.sync();
+            for r in &replicas {
+                let _ = r.sync();
+            }
             done
         });
     if let Err(e) = result {

@@ -817,5 +817,10 @@ fn data_parallel_training_gives_the_one_device_weights() {
     assert!(!o.status.success());
     assert!(text(&o).contains("several devices"), "{}", text(&o));
     assert!(!bad.exists(), "nothing written");
+    // A stray comma does not add a CPU device.
+    let o = train(&data, &emb, &bad, &["--device", "cpu,"]);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("an empty device"), "{}", text(&o));
+    assert!(!bad.exists(), "nothing written");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -376,9 +376,28 @@ fn data_parallel_steps_are_the_one_device_steps() {
             .with_replicas(replicas)
             .unwrap();
         let losses: Vec<f64> = (0..3).map(|_| t.train_step(&data).unwrap().loss).collect();
+        assert_eq!(
+            t.model.devices(),
+            vec![device.clone()],
+            "the model stays on the first"
+        );
         (losses, flat(&t.model.valid()))
     };
     let (l1, p1) = run(Vec::new());
+    // On a GPU test device, a second device of another backend (the CPU): the gradients cross
+    // devices, and agree up to float rounding.
+    if device != Device::flex().autodiff() {
+        let (lx, px) = run(vec![Device::flex().autodiff()]);
+        for (a, b) in l1.iter().zip(&lx) {
+            assert!((a - b).abs() <= 1e-5, "{l1:?} vs {lx:?}");
+        }
+        let worst = p1
+            .iter()
+            .zip(&px)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0f32, f32::max);
+        assert!(worst <= 1e-5, "parameters differ by {worst:e}");
+    }
     let (l2, p2) = run(vec![device.clone()]);
     let (l3, p3) = run(vec![device.clone(), device.clone()]);
     assert_eq!(l1, l2);

@@ -331,11 +331,12 @@ impl Trainer {
 
     /// Data-parallel training over the trainer's device and `more` (autodiff devices): each
     /// step's micro-batches go round-robin to the devices, which compute their losses and
-    /// gradients at the same time on copies of the readout; the gradients are moved to the first
-    /// device and summed there in micro-batch order, and the optimizer steps there. The sum is
-    /// the one-device step's, term for term, so the numbers are one device's wherever the
-    /// devices compute alike (the same backend: bit for bit; burn-train's `MultiDevice`
-    /// strategy does the same per batch).
+    /// gradients at the same time on copies of the readout (forked from the first device's at
+    /// every step); the gradients are moved to the first device and summed there in micro-batch
+    /// order, and the optimizer steps there. The sum is the one-device step's, term for term:
+    /// the numbers are one device's bit for bit where every device computes as the first does
+    /// (one device listed twice, as the tests do), and equal up to float rounding across
+    /// devices that may pick other kernels (two GPUs each autotune their own).
     ///
     /// # Errors
     /// A step with fewer micro-batches (`grad_accum`) than devices: a device would have nothing
@@ -439,9 +440,16 @@ impl Trainer {
                             .collect();
                         handles
                             .into_iter()
-                            .map(|h| {
-                                h.join()
-                                    .unwrap_or_else(|_| Err("a device's worker panicked".into()))
+                            .zip(&devices)
+                            .map(|(h, d)| {
+                                h.join().unwrap_or_else(|p| {
+                                    let why = p
+                                        .downcast_ref::<&str>()
+                                        .map(|s| s.to_string())
+                                        .or_else(|| p.downcast_ref::<String>().cloned())
+                                        .unwrap_or_default();
+                                    Err(format!("the worker on {d:?} panicked: {why}"))
+                                })
                             })
                             .collect()
                     });

@@ -273,6 +273,8 @@ pub fn run(cfg: &TrainRun, out: &Output, ctx: &RunContext) -> Result<TrainReport
             "skipped": set.skipped,
             "max_tokens_used": max_tokens,
             "checkpoint_every": cfg.recipe.checkpoint_every,
+            // Data-parallel: the devices after the first (the `device` record's).
+            "replicas": ctx.replicas.iter().map(|d| format!("{d:?}")).collect::<Vec<_>>(),
         })),
     )?;
     let d_dec = decoder.spec.hidden_size;
