@@ -91,7 +91,6 @@ fn bench(c: &mut Criterion) {
         weight_decay: 0.0,
         ..AdamW::default()
     }
-    .config()
     .init();
     let mut g = c.benchmark_group("geb_train_step");
     g.sample_size(10);

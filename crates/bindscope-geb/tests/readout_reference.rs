@@ -347,7 +347,6 @@ fn visual_only_logits_loss_gradients_and_one_adamw_step_match_pytorch() {
         weight_decay: 0.0,
         ..AdamW::default()
     }
-    .config()
     .init();
     let grads = GradientsParams::from_grads(grads, &readout);
     readout = optim.step(1e-3, readout, grads);

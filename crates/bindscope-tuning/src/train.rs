@@ -196,7 +196,7 @@ impl<M: TunableText> Trainer<M> {
             return Err("training needs an autodiff device (device.autodiff())".into());
         }
         let model = apply_lora(model, &cfg.lora)?;
-        let optim = cfg.adamw().config().init();
+        let optim = cfg.adamw().init();
         Ok(Self {
             model,
             optim,
@@ -333,7 +333,6 @@ impl<M: TunableText> Trainer<M> {
         self.optim = self
             .cfg
             .adamw()
-            .config()
             .init()
             .load(saved.dir.join(OPTIMIZER_FILE))
             .map_err(|e| format!("optimizer state: {e:?}"))?;

@@ -177,7 +177,7 @@ fn full_fine_tuning_moves_every_weight_and_lowers_the_loss() {
     let ids = r.ints("llama_tied.input_ids", &device);
     let labels = r.ints("llama_tied.labels", &device);
     let before = model.clone().valid();
-    let mut optim = AdamW::default().config().init();
+    let mut optim = AdamW::default().init();
     let first = loss_of(&model, ids.clone(), labels.clone());
     let l0 = first.clone().into_scalar::<f32>();
     for _ in 0..5 {
@@ -257,7 +257,7 @@ fn lora_on_query_and_value_projections_trains_only_the_adapters() {
         .into_iter()
         .filter(|(p, _)| !p.contains("lora"))
         .collect();
-    let mut optim = AdamW::default().config().init();
+    let mut optim = AdamW::default().init();
     for _ in 0..5 {
         let loss = loss_of(&model, ids.clone(), labels.clone());
         let grads = GradientsParams::from_grads(loss.backward(), &model);

@@ -316,7 +316,7 @@ impl Trainer {
         fill: u32,
         device: Device,
     ) -> Self {
-        let optim = cfg.adamw.config().init();
+        let optim = cfg.adamw.init();
         Self {
             model,
             optim,
@@ -536,7 +536,6 @@ impl Trainer {
         self.optim = self
             .cfg
             .adamw
-            .config()
             .init()
             .load(saved.dir.join(OPTIMIZER))
             .map_err(|e| format!("optimizer state: {e:?}"))?;
