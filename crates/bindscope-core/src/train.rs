@@ -83,6 +83,10 @@ pub fn next_token_cross_entropy(logits: Tensor<3>, labels: Tensor<2, Int>) -> Te
 /// SmolLM2 batch of 8 × 128 tokens.
 pub fn token_cross_entropy(logits: Tensor<2>, targets: Tensor<1, Int>) -> Tensor<1> {
     let [m, _] = logits.dims();
+    if m == 0 {
+        // torch's mean over no targets; GPU kernels are not launched on empty tensors.
+        return Tensor::full([1], f32::NAN, &logits.device());
+    }
     let logits = logits.cast(burn::tensor::FloatDType::F32);
     let targets = targets.reshape([m, 1]).inner();
     let z = logits.clone().inner();
@@ -93,7 +97,7 @@ pub fn token_cross_entropy(logits: Tensor<2>, targets: Tensor<1, Int>) -> Tensor
     let p = p.clone() / p.sum_dim(1);
     let p_y = p.clone().gather(1, targets.clone()); // [M, 1]
     // −ln p_y loses nothing until p_y leaves the normal f32 range (a loss above ~87).
-    let underflow = m > 0 && p_y.clone().min().into_scalar::<f32>() < f32::MIN_POSITIVE;
+    let underflow = p_y.clone().min().into_scalar::<f32>() < f32::MIN_POSITIVE;
     let rows = if underflow {
         let max = z.clone().max_dim(1);
         let lse = (z.clone() - max.clone()).exp().sum_dim(1).log() + max;
