@@ -12,6 +12,7 @@
 //! | [`dinov2`] | DINOv2 with layer scale, bicubic position interpolation | `Dinov2Model` |
 //! | [`vit`] | generic ViT (DINO v1 checkpoints) | `ViTModel` |
 //! | [`vit_mae`] | ViT-MAE encoder, masking off | `ViTMAEModel` |
+//! | [`ijepa`] | I-JEPA context encoder, mean-pooled | `IJepaModel` |
 //! | [`bert`] | BERT encoder, sentence-transformers mean pooling | `BertModel` |
 //! | [`llama`] | Llama decoder (the blocks Qwen2 / Qwen3 share), tied or untied head | `LlamaForCausalLM` |
 //! | [`qwen2`] | Llama blocks with q/k/v biases | `Qwen2ForCausalLM` |
@@ -31,6 +32,7 @@ pub mod bert;
 pub mod clip;
 pub mod dinov2;
 pub mod generate;
+pub mod ijepa;
 pub mod llama;
 pub mod nn;
 pub mod qwen2;
@@ -147,7 +149,7 @@ impl std::str::FromStr for VisionReadout {
 /// Static facts about a loaded model, for `experiments info` and run configs.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct ModelInfo {
-    /// HF `model_type` (`clip`, `siglip`, `dinov2`, `vit`, `vit_mae`, `bert`).
+    /// HF `model_type` (`clip`, `siglip`, `dinov2`, `vit`, `vit_mae`, `ijepa`, `bert`).
     pub model_type: String,
     /// The float dtype the weights are held and computed in, in words (`float32`, or the
     /// checkpoint's `float16` / `bfloat16` when loaded with `keep_dtype`); inputs and outputs

@@ -12,6 +12,7 @@
 //! | `dinov2`, `dinov2_with_registers` | `Dinov2Model`, `Dinov2WithRegistersModel` | [`crate::dinov2::Dinov2Model`] | — |
 //! | `vit` | `ViTModel` | [`crate::vit::ViTModel`] | — |
 //! | `vit_mae` | `ViTMAEModel` | [`crate::vit_mae::ViTMAEModel`] | — |
+//! | `ijepa` | `IJepaModel` | [`crate::ijepa::IJepaModel`] | — |
 //! | `bert` | `BertModel` | — | [`crate::bert::BertModel`] |
 //!
 //! and the decoder language models ([`CausalLm`], the `causal_lm` column):
@@ -34,7 +35,7 @@
 //! parameters never collect gradients, so a backward pass costs only the input gradients.
 
 use crate::{CausalLm, ModelError, ModelInfo, TextEncoder, VisionEncoder};
-use crate::{bert, clip, dinov2, llama, qwen2, qwen3, siglip, vit, vit_mae};
+use crate::{bert, clip, dinov2, ijepa, llama, qwen2, qwen3, siglip, vit, vit_mae};
 use bindscope_core::{Checkpoint, LoadOptions};
 use burn::module::Module;
 use burn::tensor::Device;
@@ -161,6 +162,13 @@ pub const ARCHITECTURES: &[Architecture] = &[
         model_types: &[vit_mae::MODEL_TYPE],
         hf_class: "ViTMAEModel",
         vision: Some(|c, d, o| boxed_vision(vit_mae::ViTMAEModel::load(c, d, o), d)),
+        text: None,
+        causal_lm: None,
+    },
+    Architecture {
+        model_types: &[ijepa::MODEL_TYPE],
+        hf_class: "IJepaModel",
+        vision: Some(|c, d, o| boxed_vision(ijepa::IJepaModel::load(c, d, o), d)),
         text: None,
         causal_lm: None,
     },

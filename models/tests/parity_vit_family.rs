@@ -1,5 +1,6 @@
-//! Parity of the native ViT, DINOv2 (with and without registers) and ViT-MAE encoders with
-//! transformers, on the tiny seeded fixtures of `tests/fixtures/gen/{vit,dinov2,vit_mae}.py`.
+//! Parity of the native ViT, DINOv2 (with and without registers), ViT-MAE and I-JEPA encoders
+//! with transformers, on the tiny seeded fixtures of
+//! `tests/fixtures/gen/{vit,dinov2,vit_mae,ijepa}.py`.
 //!
 //! Every hidden state, attention map, `last_hidden_state` and pooled output must match the
 //! PyTorch reference to 1e-4 max abs error on the CPU device, at the configured input size and
@@ -9,9 +10,10 @@ mod common;
 
 use bindscope_core::{Checkpoint, LoadOptions};
 use bindscope_models::dinov2::Dinov2Model;
+use bindscope_models::ijepa::IJepaModel;
 use bindscope_models::vit::ViTModel;
 use bindscope_models::vit_mae::ViTMAEModel;
-use bindscope_models::{ForwardOptions, ModelError, VisionEncoder, VisionReadout};
+use bindscope_models::{ForwardOptions, ModelError, VisionEncoder, VisionReadout, registry};
 use burn::prelude::*;
 use common::{Reference, checkpoint, device, fixture, max_abs_diff, scratch_config};
 
@@ -211,6 +213,61 @@ fn vit_mae_pretraining_checkpoint_loads_encoder() {
         ViTMAEModel::load(&ckpt("vit_mae/pretraining"), &d, &LoadOptions::default()).unwrap();
     let out = model.forward(r.tensor("pixel_values", &d), ForwardOptions::default());
     r.assert_close("vision.last_hidden_state", out.last_hidden_state, TOL);
+}
+
+// ---------------------------------------------------------------------------------------------
+// I-JEPA
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn ijepa_matches_transformers() {
+    let d = device();
+    let r = Reference::open("ijepa");
+    let model = IJepaModel::load(&ckpt("ijepa"), &d, &LoadOptions::default()).unwrap();
+    let out = model.forward(r.tensor("pixel_values", &d), ForwardOptions::all());
+    r.assert_encoder_output("vision", &out, 2, false, TOL);
+    r.assert_close("vision.mean", out.pooler_output.clone(), TOL);
+    check_fused(&r, &model, r.tensor("pixel_values", &d));
+
+    // Every readout of the last hidden state (before the final norm) is the token mean.
+    let last = out.hidden_states.unwrap().pop().unwrap();
+    for readout in [
+        VisionReadout::Pooled,
+        VisionReadout::MeanPatch,
+        VisionReadout::Summary,
+    ] {
+        r.assert_close("vision.mean", model.readout(last.clone(), readout), TOL);
+    }
+    assert_eq!(model.num_prefix_tokens(), 0);
+
+    let out = model.forward(
+        r.tensor("interp.pixel_values", &d),
+        ForwardOptions {
+            output_hidden_states: true,
+            output_attentions: false,
+        },
+    );
+    r.assert_interpolated(out, false, TOL);
+}
+
+#[test]
+fn ijepa_loads_through_the_registry_and_from_a_classification_checkpoint() {
+    // `ijepa.` prefix and a `classifier` the loader ignores (IJepaForImageClassification).
+    let d = device();
+    let r = Reference::open("ijepa");
+    for dir in ["ijepa", "ijepa/classification"] {
+        let model = registry::open_vision(
+            &fixture(dir).display().to_string(),
+            &d,
+            &LoadOptions::default(),
+        )
+        .unwrap()
+        .model;
+        assert_eq!(model.info().model_type, "ijepa", "{dir}");
+        let out = model.forward_vision(r.tensor("pixel_values", &d), ForwardOptions::default());
+        r.assert_close("vision.last_hidden_state", out.last_hidden_state, TOL);
+        r.assert_close("vision.mean", out.pooler_output, TOL);
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,0 +1,310 @@
+//! # I-JEPA — `IJepaModel`
+//!
+//! Assran et al., *Self-Supervised Learning from Images with a Joint-Embedding Predictive
+//! Architecture* (<https://arxiv.org/abs/2301.08243>), the context encoder as transformers
+//! implements it in `IJepaModel` (`model_type: "ijepa"`, e.g. `facebook/ijepa_vith14_1k`), used
+//! here as a frozen feature extractor.
+//!
+//! A plain pre-norm ViT ([`crate::vit`]'s blocks, same key names) without a CLS token: the
+//! patch tokens get learned position embeddings (`[1, Gh·Gw, D]`, resampled bicubically when the
+//! input is not the configured size, as transformers with `interpolate_pos_encoding=True`),
+//! then `L` blocks and a final `layernorm`.
+//!
+//! ## Readout
+//! [`VisionReadout::Pooled`], [`VisionReadout::MeanPatch`] and `pooler_output` are the mean of
+//! every token after the final `layernorm`: I-JEPA has no CLS token, its paper evaluates the
+//! average-pooled encoder output, and transformers' `IJepaForImageClassification` pools the
+//! same way (`sequence_output.mean(dim=1)`). `IJepaModel`'s optional pooler (`tanh(dense(·))`
+//! of the first *patch* token, off by default) is not used; its keys, when a checkpoint has
+//! them, are ignored. [`VisionReadout::Summary`] is the same mean (there is no summary token).
+//!
+//! ```no_run
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use bindscope_core::{Checkpoint, LoadOptions};
+//! use bindscope_models::{ForwardOptions, ijepa::IJepaModel};
+//! let device = burn::tensor::Device::flex();
+//! let ckpt = Checkpoint::resolve("facebook/ijepa_vith14_1k")?;
+//! let model = IJepaModel::load(&ckpt, &device, &LoadOptions::default())?;
+//! let pixels = burn::tensor::Tensor::<4>::zeros([1, 3, 224, 224], &device);
+//! let out = model.forward(pixels, ForwardOptions::default());
+//! assert_eq!(out.last_hidden_state.dims(), [1, 256, 1280]);
+//! # Ok(()) }
+//! ```
+//!
+//! ## Keys
+//! `embeddings.{position_embeddings,patch_embeddings.projection}`, `encoder.layer.N.*` as in
+//! [`crate::vit`], `layernorm`. Checkpoints saved from `IJepaForImageClassification` carry an
+//! `ijepa.` prefix and a `classifier`: the prefix is stripped and `classifier.*` ignored.
+
+use bindscope_core::{Checkpoint, LoadOptions, load_strict};
+use burn::module::Param;
+use burn::nn::{Initializer, LayerNorm, LayerNormConfig};
+use burn::prelude::*;
+use serde::Deserialize;
+use std::path::Path;
+
+/// `model_type` of an `IJepaModel` checkpoint.
+pub const MODEL_TYPE: &str = "ijepa";
+
+use crate::nn::{
+    Activation, check_sizes, checkpoint_shapes, de_image_size, interpolate_pos_grid, mean_patch,
+    to_dtype, to_f32,
+};
+use crate::vit::{PatchEmbeddings, ViTBlockSpec, ViTEncoder};
+use crate::{EncoderOutput, ForwardOptions, ModelError, ModelInfo, VisionEncoder, VisionReadout};
+
+/// `config.json` of `IJepaModel` (`IJepaConfig`); missing fields take the transformers
+/// defaults (ViT-B/16 sizes). `pooler_output_size` and `pooler_act` are not read (the pooler is
+/// not used, see the module docs).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct IJepaConfig {
+    /// `"ijepa"`.
+    pub model_type: String,
+    /// Width `D`.
+    pub hidden_size: usize,
+    /// Number of blocks `L`.
+    pub num_hidden_layers: usize,
+    /// Number of heads `H`.
+    pub num_attention_heads: usize,
+    /// MLP width.
+    pub intermediate_size: usize,
+    /// MLP activation.
+    pub hidden_act: String,
+    /// Epsilon of every LayerNorm.
+    pub layer_norm_eps: f64,
+    /// Configured input size `[H, W]`.
+    #[serde(deserialize_with = "de_image_size")]
+    pub image_size: [usize; 2],
+    /// Patch side.
+    pub patch_size: usize,
+    /// Input channels.
+    pub num_channels: usize,
+    /// Bias on query/key/value.
+    pub qkv_bias: bool,
+}
+
+impl Default for IJepaConfig {
+    fn default() -> Self {
+        Self {
+            model_type: MODEL_TYPE.into(),
+            hidden_size: 768,
+            num_hidden_layers: 12,
+            num_attention_heads: 12,
+            intermediate_size: 3072,
+            hidden_act: "gelu".into(),
+            layer_norm_eps: 1e-12,
+            image_size: [224, 224],
+            patch_size: 16,
+            num_channels: 3,
+            qkv_bias: true,
+        }
+    }
+}
+
+/// `embeddings` of `IJepaModel`: patch embedding plus learned position embeddings, no CLS token.
+#[derive(Module, Debug)]
+pub struct IJepaEmbeddings {
+    /// `position_embeddings`: `[1, Gh·Gw, D]` for the configured grid.
+    pub position_embeddings: Param<Tensor<3>>,
+    /// `patch_embeddings.projection`.
+    pub patch_embeddings: PatchEmbeddings,
+    /// The configured position grid `[Gh, Gw]`.
+    #[module(skip)]
+    pub grid: [usize; 2],
+}
+
+impl IJepaEmbeddings {
+    /// New embeddings for `image_size / patch` grids.
+    pub fn new(
+        channels: usize,
+        hidden: usize,
+        image_size: [usize; 2],
+        patch: usize,
+        init: &Initializer,
+        device: &Device,
+    ) -> Self {
+        let grid = [image_size[0] / patch, image_size[1] / patch];
+        Self {
+            position_embeddings: init.init([1, grid[0] * grid[1], hidden], device),
+            patch_embeddings: PatchEmbeddings::new(channels, hidden, patch, init, device),
+            grid,
+        }
+    }
+
+    /// `[N, C, H, W]` → `[N, h·w, D]`: patch tokens plus position embeddings (the configured
+    /// table, or resampled to the `h × w` grid).
+    pub fn forward(&self, pixel_values: Tensor<4>) -> Tensor<3> {
+        let (patches, hw) = self.patch_embeddings.forward(pixel_values);
+        let pos = self.position_embeddings.val();
+        let pos = if hw == self.grid {
+            pos
+        } else {
+            interpolate_pos_grid(pos, self.grid, hw, false)
+        };
+        patches + pos
+    }
+}
+
+/// transformers' `IJepaModel` (no pooler).
+#[derive(Module, Debug)]
+pub struct IJepaModel {
+    /// `embeddings`.
+    pub embeddings: IJepaEmbeddings,
+    /// `encoder`.
+    pub encoder: ViTEncoder,
+    /// `layernorm`: the final norm.
+    pub layernorm: LayerNorm,
+    /// The config the model was built from.
+    #[module(skip)]
+    pub config: IJepaConfig,
+}
+
+impl IJepaModel {
+    /// Builds the module tree for `config` with parameters drawn from `init`.
+    ///
+    /// # Errors
+    /// [`ModelError::Unsupported`] for an unknown activation or inconsistent sizes.
+    pub fn new(
+        config: &IJepaConfig,
+        init: &Initializer,
+        device: &Device,
+        file: &str,
+    ) -> Result<Self, ModelError> {
+        let c = config;
+        check_sizes(
+            Path::new(file),
+            c.hidden_size,
+            c.num_attention_heads,
+            &[
+                ("patch_size", c.patch_size),
+                ("hidden_size", c.hidden_size),
+                ("intermediate_size", c.intermediate_size),
+                ("num_channels", c.num_channels),
+            ],
+        )?;
+        let spec = ViTBlockSpec {
+            hidden_size: c.hidden_size,
+            num_heads: c.num_attention_heads,
+            intermediate_size: c.intermediate_size,
+            act: Activation::parse(&c.hidden_act, "hidden_act", Path::new(file))?,
+            layer_norm_eps: c.layer_norm_eps,
+            qkv_bias: c.qkv_bias,
+        };
+        Ok(Self {
+            embeddings: IJepaEmbeddings::new(
+                c.num_channels,
+                c.hidden_size,
+                c.image_size,
+                c.patch_size,
+                init,
+                device,
+            ),
+            encoder: ViTEncoder::new(c.num_hidden_layers, &spec, init, device),
+            layernorm: LayerNormConfig::new(c.hidden_size)
+                .with_epsilon(c.layer_norm_eps)
+                .init(device),
+            config: c.clone(),
+        })
+    }
+
+    /// A randomly initialized model (normal, std 0.02), for benchmarks and tests.
+    ///
+    /// # Errors
+    /// As [`IJepaModel::new`].
+    pub fn init_random(config: &IJepaConfig, device: &Device) -> Result<Self, ModelError> {
+        Self::new(
+            config,
+            &Initializer::Normal {
+                mean: 0.0,
+                std: 0.02,
+            },
+            device,
+            "<config>",
+        )
+    }
+
+    /// Loads an `IJepaModel` checkpoint, or the encoder of an `IJepaForImageClassification`
+    /// one (`ijepa.` prefix stripped, `classifier.*` ignored), strictly; `pooler.*` keys are
+    /// ignored.
+    ///
+    /// # Errors
+    /// [`ModelError::Checkpoint`] for a bad `config.json`, [`ModelError::Unsupported`] for an
+    /// unsupported setting, [`ModelError::Load`] naming every missing / unexpected key and
+    /// every shape mismatch (model and file shapes).
+    pub fn load(
+        ckpt: &Checkpoint,
+        device: &Device,
+        opts: &LoadOptions,
+    ) -> Result<Self, ModelError> {
+        let config: IJepaConfig = ckpt.read_config()?;
+        let shapes = checkpoint_shapes(ckpt)?;
+        let mut opts = opts.clone();
+        if !shapes.contains_key("embeddings.position_embeddings")
+            && shapes.contains_key("ijepa.embeddings.position_embeddings")
+        {
+            opts.remap.push(("^ijepa\\.".into(), String::new()));
+            opts.benign_unused.push("^classifier\\.".into());
+        }
+        opts.benign_unused.push("^(ijepa\\.)?pooler\\.".into());
+        let model = Self::new(
+            &config,
+            &Initializer::Zeros,
+            device,
+            &ckpt.config.display().to_string(),
+        )?;
+        Ok(load_strict(model, &ckpt.weights, &opts)?)
+    }
+
+    /// Full forward pass.
+    ///
+    /// # Shapes
+    /// `pixel_values: [N, C, H, W]` → `last_hidden_state: [N, h·w, D]` (after the final
+    /// layernorm), `pooler_output: [N, D]` (mean of its tokens), `hidden_states`: `L + 1`
+    /// tensors `[N, h·w, D]` (before the final layernorm), `attentions`: `L` tensors
+    /// `[N, H, h·w, h·w]`. Computed in the weights' dtype, returned in f32.
+    pub fn forward(&self, pixel_values: Tensor<4>, opts: ForwardOptions) -> EncoderOutput {
+        let x = self.embeddings.forward(pixel_values);
+        let (x, hidden_states, attentions) = self.encoder.forward(x, opts);
+        let last_hidden_state = self.layernorm.forward(x);
+        let pooler_output = mean_patch(last_hidden_state.clone(), 0);
+        EncoderOutput {
+            last_hidden_state,
+            pooler_output,
+            hidden_states,
+            attentions,
+        }
+        .into_f32()
+    }
+}
+
+impl VisionEncoder for IJepaModel {
+    fn forward_vision(&self, pixel_values: Tensor<4>, opts: ForwardOptions) -> EncoderOutput {
+        self.forward(pixel_values, opts)
+    }
+
+    fn num_prefix_tokens(&self) -> usize {
+        0
+    }
+
+    /// Final layernorm, then the mean of every token, whatever the readout.
+    fn readout(&self, hidden: Tensor<3>, _readout: VisionReadout) -> Tensor<2> {
+        let hidden = to_dtype(hidden, self.layernorm.gamma.dtype());
+        to_f32(mean_patch(self.layernorm.forward(hidden), 0))
+    }
+
+    fn info(&self) -> ModelInfo {
+        let c = &self.config;
+        ModelInfo {
+            model_type: MODEL_TYPE.into(),
+            dtype: bindscope_core::load::dtype_name(self.layernorm.gamma.dtype()),
+            hidden_size: c.hidden_size,
+            embed_dim: c.hidden_size,
+            num_layers: c.num_hidden_layers,
+            num_params: self.num_params(),
+            num_heads: c.num_attention_heads,
+            input_size: c.image_size,
+            patch_size: c.patch_size,
+        }
+    }
+}
