@@ -38,69 +38,20 @@
 
 use bindscope_core::{Checkpoint, LoadOptions, load_strict};
 use burn::module::Param;
-use burn::nn::{Initializer, LayerNorm, LayerNormConfig};
+use burn::nn::{Initializer, LayerNorm};
 use burn::prelude::*;
-use serde::Deserialize;
-use std::path::Path;
 
 /// `model_type` of an `IJepaModel` checkpoint.
 pub const MODEL_TYPE: &str = "ijepa";
 
-use crate::nn::{
-    Activation, check_sizes, checkpoint_shapes, de_image_size, interpolate_pos_grid, mean_patch,
-    to_dtype, to_f32,
-};
-use crate::vit::{PatchEmbeddings, ViTBlockSpec, ViTEncoder};
+use crate::nn::{checkpoint_shapes, interpolate_pos_grid, mean_patch, to_dtype, to_f32};
+use crate::vit::{PatchEmbeddings, ViTConfig, ViTEncoder};
 use crate::{EncoderOutput, ForwardOptions, ModelError, ModelInfo, VisionEncoder, VisionReadout};
 
-/// `config.json` of `IJepaModel` (`IJepaConfig`); missing fields take the transformers
-/// defaults (ViT-B/16 sizes). `pooler_output_size` and `pooler_act` are not read (the pooler is
-/// not used, see the module docs).
-#[derive(Debug, Clone, Deserialize)]
-#[serde(default)]
-pub struct IJepaConfig {
-    /// `"ijepa"`.
-    pub model_type: String,
-    /// Width `D`.
-    pub hidden_size: usize,
-    /// Number of blocks `L`.
-    pub num_hidden_layers: usize,
-    /// Number of heads `H`.
-    pub num_attention_heads: usize,
-    /// MLP width.
-    pub intermediate_size: usize,
-    /// MLP activation.
-    pub hidden_act: String,
-    /// Epsilon of every LayerNorm.
-    pub layer_norm_eps: f64,
-    /// Configured input size `[H, W]`.
-    #[serde(deserialize_with = "de_image_size")]
-    pub image_size: [usize; 2],
-    /// Patch side.
-    pub patch_size: usize,
-    /// Input channels.
-    pub num_channels: usize,
-    /// Bias on query/key/value.
-    pub qkv_bias: bool,
-}
-
-impl Default for IJepaConfig {
-    fn default() -> Self {
-        Self {
-            model_type: MODEL_TYPE.into(),
-            hidden_size: 768,
-            num_hidden_layers: 12,
-            num_attention_heads: 12,
-            intermediate_size: 3072,
-            hidden_act: "gelu".into(),
-            layer_norm_eps: 1e-12,
-            image_size: [224, 224],
-            patch_size: 16,
-            num_channels: 3,
-            qkv_bias: true,
-        }
-    }
-}
+/// `config.json` of `IJepaModel`: transformers' `IJepaConfig` has exactly the fields of
+/// `ViTConfig`, read by [`ViTConfig`] (its `Default` is ViT-B/16 with `model_type` `"vit"`;
+/// `pooler_output_size` and `pooler_act` are not used, see the module docs).
+pub type IJepaConfig = ViTConfig;
 
 /// `embeddings` of `IJepaModel`: patch embedding plus learned position embeddings, no CLS token.
 #[derive(Module, Debug)]
@@ -164,47 +115,26 @@ impl IJepaModel {
     /// Builds the module tree for `config` with parameters drawn from `init`.
     ///
     /// # Errors
-    /// [`ModelError::Unsupported`] for an unknown activation or inconsistent sizes.
+    /// As [`ViTConfig::encoder_and_norm`].
     pub fn new(
         config: &IJepaConfig,
         init: &Initializer,
         device: &Device,
         file: &str,
     ) -> Result<Self, ModelError> {
-        let c = config;
-        check_sizes(
-            Path::new(file),
-            c.hidden_size,
-            c.num_attention_heads,
-            &[
-                ("patch_size", c.patch_size),
-                ("hidden_size", c.hidden_size),
-                ("intermediate_size", c.intermediate_size),
-                ("num_channels", c.num_channels),
-            ],
-        )?;
-        let spec = ViTBlockSpec {
-            hidden_size: c.hidden_size,
-            num_heads: c.num_attention_heads,
-            intermediate_size: c.intermediate_size,
-            act: Activation::parse(&c.hidden_act, "hidden_act", Path::new(file))?,
-            layer_norm_eps: c.layer_norm_eps,
-            qkv_bias: c.qkv_bias,
-        };
+        let (encoder, layernorm) = config.encoder_and_norm(init, device, file)?;
         Ok(Self {
             embeddings: IJepaEmbeddings::new(
-                c.num_channels,
-                c.hidden_size,
-                c.image_size,
-                c.patch_size,
+                config.num_channels,
+                config.hidden_size,
+                config.image_size,
+                config.patch_size,
                 init,
                 device,
             ),
-            encoder: ViTEncoder::new(c.num_hidden_layers, &spec, init, device),
-            layernorm: LayerNormConfig::new(c.hidden_size)
-                .with_epsilon(c.layer_norm_eps)
-                .init(device),
-            config: c.clone(),
+            encoder,
+            layernorm,
+            config: config.clone(),
         })
     }
 

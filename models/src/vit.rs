@@ -121,6 +121,45 @@ impl Default for ViTConfig {
 pub const INITIALIZER_RANGE: f64 = 0.02;
 
 impl ViTConfig {
+    /// The `encoder` (every block) and the final `layernorm` of a ViT-like model with these
+    /// sizes, parameters drawn from `init` (shared by [`ViTModel`] and
+    /// [`crate::ijepa::IJepaModel`]).
+    ///
+    /// # Errors
+    /// [`ModelError::Unsupported`] naming `file` for an unknown `hidden_act`, a zero size or
+    /// a `hidden_size` the heads do not divide.
+    pub fn encoder_and_norm(
+        &self,
+        init: &Initializer,
+        device: &Device,
+        file: &str,
+    ) -> Result<(ViTEncoder, LayerNorm), ModelError> {
+        check_sizes(
+            Path::new(file),
+            self.hidden_size,
+            self.num_attention_heads,
+            &[
+                ("patch_size", self.patch_size),
+                ("hidden_size", self.hidden_size),
+                ("intermediate_size", self.intermediate_size),
+                ("num_channels", self.num_channels),
+            ],
+        )?;
+        let spec = ViTBlockSpec {
+            hidden_size: self.hidden_size,
+            num_heads: self.num_attention_heads,
+            intermediate_size: self.intermediate_size,
+            act: Activation::parse(&self.hidden_act, "hidden_act", Path::new(file))?,
+            layer_norm_eps: self.layer_norm_eps,
+            qkv_bias: self.qkv_bias,
+        };
+        let encoder = ViTEncoder::new(self.num_hidden_layers, &spec, init, device);
+        let layernorm = LayerNormConfig::new(self.hidden_size)
+            .with_epsilon(self.layer_norm_eps)
+            .init(device);
+        Ok((encoder, layernorm))
+    }
+
     /// ViT-B/16 at 224 × 224: transformers' `ViTConfig()` defaults (the same values as
     /// [`ViTConfig::default`], named for `--random-init vit-b16`): `D = 768`, 12 blocks of 12
     /// heads, MLP 3072, 16 × 16 patches.
@@ -506,25 +545,7 @@ impl ViTModel {
         device: &Device,
         file: &str,
     ) -> Result<Self, ModelError> {
-        check_sizes(
-            Path::new(file),
-            config.hidden_size,
-            config.num_attention_heads,
-            &[
-                ("patch_size", config.patch_size),
-                ("hidden_size", config.hidden_size),
-                ("intermediate_size", config.intermediate_size),
-                ("num_channels", config.num_channels),
-            ],
-        )?;
-        let spec = ViTBlockSpec {
-            hidden_size: config.hidden_size,
-            num_heads: config.num_attention_heads,
-            intermediate_size: config.intermediate_size,
-            act: Activation::parse(&config.hidden_act, "hidden_act", Path::new(file))?,
-            layer_norm_eps: config.layer_norm_eps,
-            qkv_bias: config.qkv_bias,
-        };
+        let (encoder, layernorm) = config.encoder_and_norm(init, device, file)?;
         let pooler = if with_pooler {
             let out = config.pooler_output_size.unwrap_or(config.hidden_size);
             Some(ViTPooler {
@@ -543,10 +564,8 @@ impl ViTModel {
                 init,
                 device,
             ),
-            encoder: ViTEncoder::new(config.num_hidden_layers, &spec, init, device),
-            layernorm: LayerNormConfig::new(config.hidden_size)
-                .with_epsilon(config.layer_norm_eps)
-                .init(device),
+            encoder,
+            layernorm,
             pooler,
             config: config.clone(),
         })

@@ -42,18 +42,15 @@
 //! (`decoder.*`) is ignored.
 
 use bindscope_core::{Checkpoint, LoadOptions, load_strict};
-use burn::nn::{Initializer, LayerNorm, LayerNormConfig};
+use burn::nn::{Initializer, LayerNorm};
 use burn::prelude::*;
 use serde::Deserialize;
-use std::path::Path;
 
 /// `model_type` of a `ViTMAEModel` checkpoint.
 pub const MODEL_TYPE: &str = "vit_mae";
 
-use crate::nn::{
-    Activation, check_sizes, checkpoint_shapes, de_image_size, mean_patch, to_dtype, to_f32, token,
-};
-use crate::vit::{ViTBlockSpec, ViTEmbeddings, ViTEncoder};
+use crate::nn::{checkpoint_shapes, de_image_size, mean_patch, to_dtype, to_f32, token};
+use crate::vit::{ViTConfig, ViTEmbeddings, ViTEncoder};
 use crate::{EncoderOutput, ForwardOptions, ModelError, ModelInfo, VisionEncoder, VisionReadout};
 
 /// `config.json` of `ViTMAEModel` (`ViTMAEConfig`), encoder fields only (the decoder fields and
@@ -107,6 +104,27 @@ impl Default for ViTMAEConfig {
     }
 }
 
+impl ViTMAEConfig {
+    /// The encoder's sizes as a [`ViTConfig`] (no pooler), for the blocks shared with ViT.
+    pub fn vit(&self) -> ViTConfig {
+        ViTConfig {
+            model_type: self.model_type.clone(),
+            hidden_size: self.hidden_size,
+            num_hidden_layers: self.num_hidden_layers,
+            num_attention_heads: self.num_attention_heads,
+            intermediate_size: self.intermediate_size,
+            hidden_act: self.hidden_act.clone(),
+            layer_norm_eps: self.layer_norm_eps,
+            image_size: self.image_size,
+            patch_size: self.patch_size,
+            num_channels: self.num_channels,
+            qkv_bias: self.qkv_bias,
+            pooler_output_size: None,
+            pooler_act: "tanh".into(),
+        }
+    }
+}
+
 /// transformers' `ViTMAEModel` encoder, masking off.
 #[derive(Module, Debug)]
 pub struct ViTMAEModel {
@@ -133,25 +151,7 @@ impl ViTMAEModel {
         file: &str,
     ) -> Result<Self, ModelError> {
         let c = config;
-        check_sizes(
-            Path::new(file),
-            c.hidden_size,
-            c.num_attention_heads,
-            &[
-                ("patch_size", c.patch_size),
-                ("hidden_size", c.hidden_size),
-                ("intermediate_size", c.intermediate_size),
-                ("num_channels", c.num_channels),
-            ],
-        )?;
-        let spec = ViTBlockSpec {
-            hidden_size: c.hidden_size,
-            num_heads: c.num_attention_heads,
-            intermediate_size: c.intermediate_size,
-            act: Activation::parse(&c.hidden_act, "hidden_act", Path::new(file))?,
-            layer_norm_eps: c.layer_norm_eps,
-            qkv_bias: c.qkv_bias,
-        };
+        let (encoder, layernorm) = c.vit().encoder_and_norm(init, device, file)?;
         Ok(Self {
             embeddings: ViTEmbeddings::new(
                 c.num_channels,
@@ -161,10 +161,8 @@ impl ViTMAEModel {
                 init,
                 device,
             ),
-            encoder: ViTEncoder::new(c.num_hidden_layers, &spec, init, device),
-            layernorm: LayerNormConfig::new(c.hidden_size)
-                .with_epsilon(c.layer_norm_eps)
-                .init(device),
+            encoder,
+            layernorm,
             config: c.clone(),
         })
     }
