@@ -170,8 +170,10 @@ impl IJepaModel {
         let config: IJepaConfig = ckpt.read_config()?;
         let shapes = checkpoint_shapes(ckpt)?;
         let mut opts = opts.clone();
-        if !shapes.contains_key("embeddings.position_embeddings")
-            && shapes.contains_key("ijepa.embeddings.position_embeddings")
+        // The classification layout: every encoder key under `ijepa.` (told apart by any of
+        // them, so a missing key is still reported by its stored name).
+        if !shapes.keys().any(|k| k.starts_with("embeddings."))
+            && shapes.keys().any(|k| k.starts_with("ijepa."))
         {
             opts.remap.push(("^ijepa\\.".into(), String::new()));
             opts.benign_unused.push("^classifier\\.".into());

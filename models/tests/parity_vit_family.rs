@@ -15,7 +15,7 @@ use bindscope_models::vit::ViTModel;
 use bindscope_models::vit_mae::ViTMAEModel;
 use bindscope_models::{ForwardOptions, ModelError, VisionEncoder, VisionReadout, registry};
 use burn::prelude::*;
-use common::{Reference, checkpoint, device, fixture, max_abs_diff, scratch_config};
+use common::{Reference, checkpoint, device, fixture, max_abs_diff, scratch, scratch_config};
 
 const TOL: f32 = 1e-4;
 
@@ -268,6 +268,23 @@ fn ijepa_loads_through_the_registry_and_from_a_classification_checkpoint() {
         r.assert_close("vision.last_hidden_state", out.last_hidden_state, TOL);
         r.assert_close("vision.mean", out.pooler_output, TOL);
     }
+}
+
+#[test]
+fn ijepa_classification_checkpoint_missing_a_key_names_it() {
+    let dir = scratch(
+        "ijepa/classification",
+        "missing-pos",
+        |_| {},
+        |k| k != "ijepa.embeddings.position_embeddings",
+    );
+    let err = IJepaModel::load(&checkpoint(&dir), &device(), &LoadOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("1 missing, 0 unexpected") && err.contains("embeddings.position_embeddings"),
+        "{err}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
