@@ -138,22 +138,6 @@ impl IJepaModel {
         })
     }
 
-    /// A randomly initialized model (normal, std 0.02), for benchmarks and tests.
-    ///
-    /// # Errors
-    /// As [`IJepaModel::new`].
-    pub fn init_random(config: &IJepaConfig, device: &Device) -> Result<Self, ModelError> {
-        Self::new(
-            config,
-            &Initializer::Normal {
-                mean: 0.0,
-                std: 0.02,
-            },
-            device,
-            "<config>",
-        )
-    }
-
     /// Loads an `IJepaModel` checkpoint, or the encoder of an `IJepaForImageClassification`
     /// one (`ijepa.` prefix stripped, `classifier.*` ignored), strictly; `pooler.*` keys are
     /// ignored.

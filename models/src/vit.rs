@@ -122,8 +122,8 @@ pub const INITIALIZER_RANGE: f64 = 0.02;
 
 impl ViTConfig {
     /// The `encoder` (every block) and the final `layernorm` of a ViT-like model with these
-    /// sizes, parameters drawn from `init` (shared by [`ViTModel`] and
-    /// [`crate::ijepa::IJepaModel`]).
+    /// sizes, parameters drawn from `init` (shared by [`ViTModel`],
+    /// [`crate::vit_mae::ViTMAEModel`] and [`crate::ijepa::IJepaModel`]).
     ///
     /// # Errors
     /// [`ModelError::Unsupported`] naming `file` for an unknown `hidden_act`, a zero size or

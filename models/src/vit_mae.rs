@@ -119,8 +119,7 @@ impl ViTMAEConfig {
             patch_size: self.patch_size,
             num_channels: self.num_channels,
             qkv_bias: self.qkv_bias,
-            pooler_output_size: None,
-            pooler_act: "tanh".into(),
+            ..ViTConfig::default()
         }
     }
 }

@@ -14,8 +14,9 @@ what the embedding and the data allow.
 usage: python probe_ceiling.py DATA MANIFEST.jsonl EMBEDDINGS.safetensors [MORE.safetensors ...]
 DATA holds `train.json`; the embeddings are `geb train`/`geb eval` cache files
 (`DATA/embeddings/*.image.safetensors`: `embeddings` [N, d], metadata `ids`, the image paths
-relative to `DATA/images`) of one encoder; together they cover the training and the
-manifest's images (where two files hold the same path, the first is used).
+relative to `DATA/images`, read as `probe_answers.py` reads them) of one encoder; together
+they cover the training and the manifest's images (where two files hold the same path, the
+first is used).
 Needs numpy, safetensors, scikit-learn.
 """
 import collections
@@ -24,7 +25,7 @@ import re
 import sys
 
 import numpy as np
-from safetensors import safe_open
+from probe_answers import load
 from sklearn.feature_extraction.text import CountVectorizer
 from sklearn.neural_network import MLPClassifier
 
@@ -51,23 +52,17 @@ def stem(question):
 
 
 def main(data, manifest, *files):
-    parts, row = [], {}
+    vectors = {}
     for path in files:
-        with safe_open(path, "np") as f:
-            e = f.get_tensor("embeddings")
-            ids = json.loads(f.metadata()["ids"])
-        base = sum(len(p) for p in parts)
-        for i, image in enumerate(ids):
-            row.setdefault(image, base + i)
-        parts.append(e)
-    if len({p.shape[1] for p in parts}) != 1:
+        for image, e in load(path).items():
+            vectors.setdefault(image, e)
+    if len({len(e) for e in vectors.values()}) != 1:
         sys.exit(f"{', '.join(files)}: embeddings of different widths")
-    emb = np.concatenate(parts)
 
     def image_row(path):
-        if path not in row:
+        if path not in vectors:
             sys.exit(f"{', '.join(files)}: no embedding for image '{path}'")
-        return row[path]
+        return vectors[path]
 
     xq, xi, y = [], [], []
     for conv in json.load(open(f"{data}/train.json")):
@@ -81,21 +76,22 @@ def main(data, manifest, *files):
     ti = [image_row(r["image"]) for r in items]
     ta = [canonical(r["question"], r["answers"][0], r.get("options")) for r in items]
 
-    mu, sd = emb[xi].mean(0), emb[xi].std(0)
-    z = (emb - mu) / np.where(sd > 0, sd, 1.0)
+    train, test = np.stack(xi), np.stack(ti)
+    mu, sd = train.mean(0), train.std(0)
+    sd = np.where(sd > 0, sd, 1.0)
+    ztrain, ztest = (train - mu) / sd, (test - mu) / sd
     words = CountVectorizer(ngram_range=(1, 2), min_df=2).fit(xq)
 
-    def features(questions, rows, mean_only):
+    def features(questions, z, mean_only):
         b = words.transform(questions).toarray().astype(np.float32)
-        e = np.zeros((len(rows), z.shape[1]), np.float32) if mean_only else z[rows]
-        return np.hstack([e, b])
+        return np.hstack([np.zeros_like(z) if mean_only else z, b])
 
     hits = {}
     for name, mean_only in (("matched", False), ("zero", True)):
         probe = MLPClassifier(hidden_layer_sizes=(512,), alpha=1e-3, max_iter=300,
                               early_stopping=True, random_state=42)
-        probe.fit(features(xq, xi, mean_only), y)
-        p = probe.predict_proba(features(tq, ti, mean_only))
+        probe.fit(features(xq, ztrain, mean_only), y)
+        p = probe.predict_proba(features(tq, ztest, mean_only))
         col = {c: k for k, c in enumerate(probe.classes_)}
         h = []
         for pk, (answer, candidates) in zip(p, ta):
