@@ -164,3 +164,48 @@ fn bad_directions_and_non_finite_jacobians_are_errors() {
     assert!(matches!(e, JerError::NonFinite { image: 5, .. }), "{e}");
     assert!(e.to_string().contains("image 5"), "{e}");
 }
+
+/// The tiny torchvision ResNet of `tests/fixtures/resnet` (bottleneck blocks, eval-mode
+/// BatchNorm), read from its `.pth.tar` training checkpoint.
+fn resnet(device: &Device) -> bindscope_models::resnet::ResNetModel {
+    let path = common::fixture("resnet").join("bottleneck.pth.tar");
+    let ckpt = Checkpoint::resolve(&path.display().to_string()).unwrap();
+    bindscope_models::resnet::ResNetModel::load(&ckpt, device, &LoadOptions::default())
+        .unwrap()
+        .no_grad()
+}
+
+#[test]
+fn resnet_sketches_match_torch_func() {
+    // Both sketches of the pooled (global-average) output against torch.func.vjp / jvp. The
+    // output sketch runs its directions as batched copies of the image: eval-mode BatchNorm
+    // keeps the copies independent, so every chunking gives the same numbers.
+    let ad = bindscope_core::device::test_device().autodiff();
+    let m = resnet(&ad);
+    let r = Reference::open("resnet");
+    let x = r.tensor::<4>("jer.x", &ad);
+    let g = r.tensor::<2>("jer.G", &bindscope_core::device::test_device());
+    let v = r.tensor::<2>("jer.V", &bindscope_core::device::test_device());
+    let f = |x: Tensor<4>| vec![m.embed(x, VisionReadout::Pooled)];
+    let tol = if bindscope_core::device::testing_on_accelerator() {
+        3e-4
+    } else {
+        1e-4
+    };
+    for chunk in [4, 3, 1] {
+        let gtj = host(output_sketch(&f, &x, 0, g.clone(), chunk).unwrap());
+        let e = relative_error(&gtj, &r.f32("jer.GtJ").1);
+        assert!(
+            e <= tol,
+            "ResNet Gᵀ·J vs torch.func.vjp: relative error {e:e} (chunk {chunk})"
+        );
+    }
+    for chunk in [4, 3] {
+        let jv = host(input_sketch(&f, &x, 0, 128, v.clone(), chunk).unwrap());
+        let e = relative_error(&jv, &r.f32("jer.JV").1);
+        assert!(
+            e <= tol,
+            "ResNet J·V vs torch.func.jvp: relative error {e:e} (chunk {chunk})"
+        );
+    }
+}

@@ -499,3 +499,53 @@ fn damaged_files_error_without_panicking() {
     }
     assert!(errors > 0);
 }
+
+/// torchvision's ImageNet evaluation transform (`Resize`, `CenterCrop`, `ToTensor`,
+/// `Normalize`) on PIL images, the preprocessing of `.pth` releases without a processor config
+/// (fixture `tests/fixtures/resnet`, torchvision 0.29.2): run at `Resize(24)`,
+/// `CenterCrop(20)` on sizes whose crop offset rounds half to even (29×25 → 27×24: left 4
+/// where transformers' floor gives 3). Uint8-exact, so 1e-6.
+#[test]
+fn torchvision_imagenet_transform_matches_torchvision() {
+    let r = common::Reference::open("resnet");
+    let defaults = ImageProcessor::defaults(ProcessorKind::TorchvisionImageNet);
+    assert_eq!(
+        (defaults.size, defaults.crop_size),
+        (ResizeTo::ShortestEdge(256), (224, 224))
+    );
+    assert_eq!(defaults.image_mean, [0.485, 0.456, 0.406]);
+    assert_eq!(defaults.image_std, [0.229, 0.224, 0.225]);
+    let p = ImageProcessor {
+        size: ResizeTo::ShortestEdge(24),
+        crop_size: (20, 20),
+        ..defaults
+    };
+    for name in ["a", "b", "c", "d"] {
+        let path = fixture("resnet")
+            .join("preprocess")
+            .join(format!("{name}.png"));
+        let img = decode_file(&path, &DecodeOptions::hf()).unwrap();
+        let got = p.preprocess(&img).unwrap();
+        let (shape, want) = r.f32(&format!("preprocess.{name}"));
+        assert_eq!(shape, [3, got.height, got.width], "{name}");
+        let worst = got
+            .data
+            .iter()
+            .zip(&want)
+            .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+        assert!(worst <= 1e-6, "{name}: max |Δ| {worst:e}");
+    }
+}
+
+/// A `.pth` checkpoint has no `preprocessor_config.json`: it is preprocessed with torchvision's
+/// ImageNet transform.
+#[test]
+fn pth_checkpoints_preprocess_like_torchvision() {
+    let path = fixture("resnet").join("basic.pth");
+    let ckpt = bindscope_core::Checkpoint::resolve(&path.display().to_string()).unwrap();
+    let p = ImageProcessor::for_checkpoint(&ckpt).unwrap();
+    assert_eq!(
+        p,
+        ImageProcessor::defaults(ProcessorKind::TorchvisionImageNet)
+    );
+}

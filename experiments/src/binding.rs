@@ -54,6 +54,7 @@ impl ModelSource {
         Ok(EncoderConfig {
             source,
             dtype: self.model_opts.dtype,
+            arch: self.model_opts.arch.clone(),
             random_init_dir: self.random_init_dir.clone(),
         })
     }

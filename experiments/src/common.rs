@@ -17,11 +17,19 @@ pub struct ModelOpts {
     /// Keep the checkpoint's float dtype (f16/bf16) instead of casting to f32.
     #[arg(long, value_enum, default_value_t = Dtype::F32)]
     pub dtype: Dtype,
+    /// Architecture of a PyTorch .pth/.pt checkpoint without config.json (resnet50, resnet18,
+    /// …, or resnet for any depth); checked against its weights. Without it the architecture
+    /// is read off the keys.
+    #[arg(long)]
+    pub arch: Option<String>,
 }
 
 impl ModelOpts {
     pub fn load_options(&self) -> LoadOptions {
-        self.dtype.load_options()
+        LoadOptions {
+            arch: self.arch.clone(),
+            ..self.dtype.load_options()
+        }
     }
 }
 

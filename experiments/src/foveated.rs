@@ -158,6 +158,7 @@ impl FoveatedArgs {
             },
             model: self.model.clone(),
             dtype: self.model_opts.dtype,
+            arch: self.model_opts.arch.clone(),
             readouts: self.readouts.clone(),
             probes: self.probes.clone(),
             seeds: self.seeds.clone(),

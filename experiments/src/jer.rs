@@ -98,6 +98,7 @@ impl JerArgs {
             depth: self.depth,
             image_size: image_size("--image-size", &self.image_size)?,
             dtype: self.model_opts.dtype,
+            arch: self.model_opts.arch.clone(),
         })
     }
 }

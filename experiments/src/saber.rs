@@ -134,6 +134,7 @@ impl EvalArgs {
             batch_size: self.batch_size,
             strict: self.strict,
             dtype: self.model_opts.dtype,
+            arch: self.model_opts.arch.clone(),
         }
     }
 }

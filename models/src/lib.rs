@@ -13,6 +13,7 @@
 //! | [`vit`] | generic ViT (DINO v1 checkpoints) | `ViTModel` |
 //! | [`vit_mae`] | ViT-MAE encoder, masking off | `ViTMAEModel` |
 //! | [`ijepa`] | I-JEPA context encoder, mean-pooled | `IJepaModel` |
+//! | [`resnet`] | ResNet-18 … 152, BatchNorm in eval mode, global average pool | torchvision `ResNet` |
 //! | [`bert`] | BERT encoder, sentence-transformers mean pooling | `BertModel` |
 //! | [`llama`] | Llama decoder (the blocks Qwen2 / Qwen3 share), tied or untied head | `LlamaForCausalLM` |
 //! | [`qwen2`] | Llama blocks with q/k/v biases | `Qwen2ForCausalLM` |
@@ -38,6 +39,7 @@ pub mod nn;
 pub mod qwen2;
 pub mod qwen3;
 pub mod registry;
+pub mod resnet;
 pub mod siglip;
 pub mod vit;
 pub mod vit_mae;

@@ -361,6 +361,31 @@ pub fn de_image_size<'de, D: serde::Deserializer<'de>>(d: D) -> Result<[usize; 2
 /// [`ModelError::Checkpoint`] when the file is unreadable; [`ModelError::Unsupported`] when the
 /// field is missing or not a string.
 pub fn model_type(ckpt: &Checkpoint) -> Result<String, ModelError> {
+    if ckpt.is_pytorch_file() {
+        if let Some(arch) = &ckpt.arch {
+            return Ok(arch.clone());
+        }
+        // No config.json: the layouts this crate reads from bare PyTorch pickles.
+        let shapes = checkpoint_shapes(ckpt)?;
+        return crate::resnet::infer_arch(&shapes)
+            .map(str::to_string)
+            .ok_or_else(|| ModelError::Unsupported {
+                file: ckpt.config.display().to_string(),
+                message: format!(
+                    "a PyTorch checkpoint without config.json, whose keys ({} of them, such as \
+                     {}) are no layout bindscope recognises; pass --arch (one of {:?}) or \
+                     a checkpoint directory with config.json",
+                    shapes.len(),
+                    shapes
+                        .keys()
+                        .take(3)
+                        .cloned()
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    crate::resnet::MODEL_TYPES
+                ),
+            });
+    }
     let v = ckpt.config_json()?;
     v.get("model_type")
         .and_then(|m| m.as_str())
@@ -436,7 +461,7 @@ pub fn check_sizes(
 pub fn checkpoint_shapes(ckpt: &Checkpoint) -> Result<BTreeMap<String, Vec<usize>>, ModelError> {
     let mut out = BTreeMap::new();
     for f in &ckpt.weights {
-        out.extend(bindscope_core::load::read_safetensors_shapes(f)?);
+        out.extend(bindscope_core::load::read_weight_shapes(f)?);
     }
     Ok(out)
 }

@@ -13,6 +13,7 @@
 //! | `vit` | `ViTModel` | [`crate::vit::ViTModel`] | — |
 //! | `vit_mae` | `ViTMAEModel` | [`crate::vit_mae::ViTMAEModel`] | — |
 //! | `ijepa` | `IJepaModel` | [`crate::ijepa::IJepaModel`] | — |
+//! | `resnet`, `resnet18` … `resnet152` | torchvision `ResNet` (a `.pth` without `config.json`: `--arch`, or inferred from its keys) | [`crate::resnet::ResNetModel`] | — |
 //! | `bert` | `BertModel` | — | [`crate::bert::BertModel`] |
 //!
 //! and the decoder language models ([`CausalLm`], the `causal_lm` column):
@@ -22,6 +23,10 @@
 //! | `llama` | `LlamaForCausalLM` | [`crate::llama::LlamaForCausalLM`] |
 //! | `qwen2` | `Qwen2ForCausalLM` | [`crate::qwen2`] (Llama blocks, q/k/v biases) |
 //! | `qwen3` | `Qwen3ForCausalLM` | [`crate::qwen3`] (Llama blocks, per-head q/k norms) |
+//!
+//! A PyTorch pickle without `config.json` ([`Checkpoint::pytorch_file`]) is read as the
+//! architecture [`LoadOptions::arch`] names (`--arch`), or the one its keys say it is
+//! ([`crate::nn::model_type`]).
 //!
 //! A standalone tower is loaded in every key layout transformers 4.x and 5.x write for it (5.x
 //! saves `CLIPVisionModel`, `CLIPTextModel`, `SiglipVisionModel`, `SiglipTextModel` without the
@@ -35,7 +40,7 @@
 //! parameters never collect gradients, so a backward pass costs only the input gradients.
 
 use crate::{CausalLm, ModelError, ModelInfo, TextEncoder, VisionEncoder};
-use crate::{bert, clip, dinov2, ijepa, llama, qwen2, qwen3, siglip, vit, vit_mae};
+use crate::{bert, clip, dinov2, ijepa, llama, qwen2, qwen3, resnet, siglip, vit, vit_mae};
 use bindscope_core::{Checkpoint, LoadOptions};
 use burn::module::Module;
 use burn::tensor::Device;
@@ -173,6 +178,13 @@ pub const ARCHITECTURES: &[Architecture] = &[
         causal_lm: None,
     },
     Architecture {
+        model_types: resnet::MODEL_TYPES,
+        hf_class: "torchvision.models.ResNet",
+        vision: Some(|c, d, o| boxed_vision(resnet::ResNetModel::load(c, d, o), d)),
+        text: None,
+        causal_lm: None,
+    },
+    Architecture {
         model_types: &[bert::MODEL_TYPE],
         hf_class: "BertModel",
         vision: None,
@@ -209,6 +221,11 @@ pub fn find(model_type: &str) -> Option<&'static Architecture> {
         .find(|a| a.model_types.contains(&model_type))
 }
 
+/// `ckpt` read as `opts.arch` when one is given ([`Checkpoint::with_arch`]).
+fn with_arch(ckpt: &Checkpoint, opts: &LoadOptions) -> Result<Checkpoint, ModelError> {
+    Ok(ckpt.clone().with_arch(opts.arch.as_deref())?)
+}
+
 /// The `model_type`s of the rows `has` selects, comma-separated, for error messages.
 fn supported(has: impl Fn(&Architecture) -> bool) -> String {
     ARCHITECTURES
@@ -236,6 +253,7 @@ pub fn load_vision(
     device: &Device,
     opts: &LoadOptions,
 ) -> Result<Box<dyn VisionEncoder>, ModelError> {
+    let ckpt = &with_arch(ckpt, opts)?;
     let mt = model_type(ckpt)?;
     match find(&mt).and_then(|a| a.vision) {
         Some(load) => load(ckpt, device, opts),
@@ -262,6 +280,7 @@ pub fn load_text(
     device: &Device,
     opts: &LoadOptions,
 ) -> Result<Box<dyn TextEncoder>, ModelError> {
+    let ckpt = &with_arch(ckpt, opts)?;
     let mt = model_type(ckpt)?;
     if mt != bert::MODEL_TYPE
         && let Some(st) = ckpt.sentence_transformers()?
@@ -296,6 +315,7 @@ pub fn load_causal_lm(
     device: &Device,
     opts: &LoadOptions,
 ) -> Result<Box<dyn CausalLm>, ModelError> {
+    let ckpt = &with_arch(ckpt, opts)?;
     let mt = model_type(ckpt)?;
     match find(&mt).and_then(|a| a.causal_lm) {
         Some(load) => load(ckpt, device, opts),
@@ -389,6 +409,7 @@ pub fn load_any(
     device: &Device,
     opts: &LoadOptions,
 ) -> Result<Vec<(String, ModelInfo)>, ModelError> {
+    let ckpt = &with_arch(ckpt, opts)?;
     let mt = model_type(ckpt)?;
     let Some(arch) = find(&mt) else {
         return Err(unsupported(ckpt, &mt, "model", &supported(|_| true)));

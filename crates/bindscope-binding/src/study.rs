@@ -104,6 +104,10 @@ pub struct EncoderConfig {
     pub source: Encoder,
     /// The float type of the weights (`--dtype`).
     pub dtype: Dtype,
+    /// The architecture of a PyTorch pickle without `config.json` (`--arch`,
+    /// [`bindscope_core::LoadOptions::arch`]); `None` reads it off the keys.
+    #[serde(default)]
+    pub arch: Option<String>,
     /// Where random initialisations are materialised (`--random-init-dir`; `None`:
     /// `runs/random-init`). Changes no number.
     #[serde(default)]
@@ -147,6 +151,14 @@ impl EncoderConfig {
         }
     }
 
+    /// How its weights load: [`EncoderConfig::dtype`] and [`EncoderConfig::arch`].
+    pub fn load_options(&self) -> bindscope_core::LoadOptions {
+        bindscope_core::LoadOptions {
+            arch: self.arch.clone(),
+            ..self.dtype.load_options()
+        }
+    }
+
     /// Resolves the spec ([`EncoderConfig::spec`]), hashes the weights and loads the vision
     /// encoder on `device` ([`open_vision`]). Returns the spec and the opened model.
     ///
@@ -154,7 +166,7 @@ impl EncoderConfig {
     /// As [`EncoderConfig::spec`]; a resolve, hash or load failure naming the spec.
     pub fn open(&self, device: &Device) -> Result<(String, Opened<Box<dyn VisionEncoder>>)> {
         let spec = self.spec(device)?;
-        let opened = open_vision(&spec, device, &self.dtype.load_options())
+        let opened = open_vision(&spec, device, &self.load_options())
             .with_context(|| format!("loading vision encoder of '{spec}'"))?;
         Ok((spec, opened))
     }
@@ -1187,6 +1199,7 @@ mod tests {
                 seed: 3,
             },
             dtype: Dtype::F32,
+            arch: None,
             random_init_dir: None,
         };
         let id = BindingIdentity {
@@ -1204,6 +1217,7 @@ mod tests {
         let checkpoint = EncoderConfig {
             source: Encoder::Checkpoint("m".into()),
             dtype: Dtype::Keep,
+            arch: None,
             random_init_dir: None,
         };
         let id = SameDiffIdentity {

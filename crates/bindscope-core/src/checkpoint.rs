@@ -91,10 +91,16 @@ pub struct Checkpoint {
     pub preprocessor_config: Option<PathBuf>,
     /// `tokenizer.json`, when present.
     pub tokenizer: Option<PathBuf>,
+    /// The architecture a PyTorch pickle checkpoint without `config.json` is read as (`--arch
+    /// resnet50`): its `model_type` ([`Checkpoint::config_json`]). `None` for one that has a
+    /// `config.json`, and for a pickle whose architecture the model registry infers from its
+    /// keys.
+    pub arch: Option<String>,
 }
 
 const WEIGHTS: &str = "model.safetensors";
 const INDEX: &str = "model.safetensors.index.json";
+const PYTORCH_WEIGHTS: &str = "pytorch_model.bin";
 
 fn read_json_value(path: &Path) -> Result<serde_json::Value, CheckpointError> {
     let text = std::fs::read_to_string(path).map_err(|source| CheckpointError::Io {
@@ -161,6 +167,9 @@ impl Checkpoint {
         if path.is_dir() {
             return Self::from_dir(spec, &path);
         }
+        if path.is_file() && crate::pth::is_pytorch_file(&path) {
+            return Ok(Self::pytorch_file(spec, &path));
+        }
         let looks_local = spec.starts_with(['.', '/', '~'])
             || spec.contains('\\')
             || path.exists()
@@ -174,17 +183,86 @@ impl Checkpoint {
         }
     }
 
-    /// Reads a local directory in Hugging Face layout.
+    /// A PyTorch pickle (`.pth`, `.pth.tar`, `.pt`, …) on its own: no `config.json`, so the
+    /// architecture comes from [`Checkpoint::with_arch`] or from its keys; `config` names the
+    /// file itself (in messages), and no processor or tokenizer files come with it.
+    pub fn pytorch_file(spec: &str, file: &Path) -> Self {
+        Self {
+            spec: spec.to_string(),
+            config: file.to_path_buf(),
+            weights: vec![file.to_path_buf()],
+            preprocessor_config: None,
+            tokenizer: None,
+            arch: None,
+        }
+    }
+
+    /// The same checkpoint read as architecture `arch` (`--arch`): only a PyTorch pickle without
+    /// `config.json` takes one.
     ///
     /// # Errors
-    /// [`CheckpointError::MissingFile`] when `config.json` or the weights are absent.
+    /// [`CheckpointError::BadJson`] naming `config.json` when the checkpoint has one (its
+    /// `model_type` names the architecture).
+    pub fn with_arch(mut self, arch: Option<&str>) -> Result<Self, CheckpointError> {
+        let Some(arch) = arch else {
+            return Ok(self);
+        };
+        if !self.is_pytorch_file() {
+            return Err(CheckpointError::BadJson {
+                path: self.config.clone(),
+                message: format!(
+                    "--arch {arch} is for a PyTorch .pth/.pt file without config.json; this                      checkpoint's config.json names its architecture (model_type)"
+                ),
+            });
+        }
+        self.arch = Some(arch.to_string());
+        Ok(self)
+    }
+
+    /// Whether this is a PyTorch pickle without `config.json` ([`Checkpoint::pytorch_file`]).
+    pub fn is_pytorch_file(&self) -> bool {
+        self.weights.len() == 1 && self.config == self.weights[0]
+    }
+
+    /// Reads a local directory in Hugging Face layout, or a directory holding one PyTorch
+    /// pickle and no `config.json` ([`Checkpoint::pytorch_file`]). The weights are
+    /// `model.safetensors`, the shards of `model.safetensors.index.json`, or, without either,
+    /// `pytorch_model.bin`.
+    ///
+    /// # Errors
+    /// [`CheckpointError::MissingFile`] when `config.json` or the weights are absent (or a
+    /// directory without `config.json` holds no PyTorch pickle, or several).
     pub fn from_dir(spec: &str, dir: &Path) -> Result<Self, CheckpointError> {
         let config = dir.join("config.json");
         if !config.is_file() {
-            return Err(CheckpointError::MissingFile {
-                dir: dir.to_path_buf(),
-                file: "config.json".into(),
-            });
+            let mut pickles: Vec<PathBuf> = std::fs::read_dir(dir)
+                .map_err(|source| CheckpointError::Io {
+                    path: dir.to_path_buf(),
+                    source,
+                })?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.is_file() && crate::pth::is_pytorch_file(p))
+                .collect();
+            pickles.sort();
+            return match pickles.as_slice() {
+                [one] => Ok(Self::pytorch_file(spec, one)),
+                [] => Err(CheckpointError::MissingFile {
+                    dir: dir.to_path_buf(),
+                    file: "config.json".into(),
+                }),
+                many => Err(CheckpointError::MissingFile {
+                    dir: dir.to_path_buf(),
+                    file: format!(
+                        "config.json (it holds {} PyTorch files, {}: pass one of them as --model)",
+                        many.len(),
+                        many.iter()
+                            .filter_map(|p| p.file_name())
+                            .map(|n| n.to_string_lossy().into_owned())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                }),
+            };
         }
         let weights = if dir.join(WEIGHTS).is_file() {
             vec![dir.join(WEIGHTS)]
@@ -202,10 +280,12 @@ impl Checkpoint {
                 out.push(p);
             }
             out
+        } else if dir.join(PYTORCH_WEIGHTS).is_file() {
+            vec![dir.join(PYTORCH_WEIGHTS)]
         } else {
             return Err(CheckpointError::MissingFile {
                 dir: dir.to_path_buf(),
-                file: format!("{WEIGHTS} (or {INDEX})"),
+                file: format!("{WEIGHTS} (or {INDEX}, or {PYTORCH_WEIGHTS})"),
             });
         };
         let opt = |name: &str| Some(dir.join(name)).filter(|p| p.is_file());
@@ -215,6 +295,7 @@ impl Checkpoint {
             weights,
             preprocessor_config: opt("preprocessor_config.json"),
             tokenizer: opt("tokenizer.json"),
+            arch: None,
         })
     }
 
@@ -223,6 +304,13 @@ impl Checkpoint {
     /// # Errors
     /// [`CheckpointError::Io`] / [`CheckpointError::BadJson`] naming the file.
     pub fn config_json(&self) -> Result<serde_json::Value, CheckpointError> {
+        if self.is_pytorch_file() {
+            // No config.json: the architecture is all there is to say.
+            return Ok(match &self.arch {
+                Some(arch) => serde_json::json!({ "model_type": arch }),
+                None => serde_json::json!({}),
+            });
+        }
         read_json_value(&self.config)
     }
 

@@ -28,6 +28,7 @@ pub mod fsutil;
 pub mod load;
 pub mod options;
 pub mod plot;
+pub mod pth;
 pub mod rng;
 pub mod run;
 pub mod sentence;

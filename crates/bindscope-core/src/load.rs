@@ -17,7 +17,7 @@
 use burn::module::Module;
 use burn::store::{
     ApplyError, BurnToPyTorchAdapter, FloatCastAdapter, KeyRemapper, ModuleAdapter, ModuleSnapshot,
-    PyTorchToBurnAdapter, SafetensorsStore,
+    PyTorchToBurnAdapter, SafetensorsStore, bridge,
 };
 use burn::tensor::DType;
 use std::collections::{BTreeMap, BTreeSet};
@@ -36,6 +36,9 @@ pub struct LoadOptions {
     /// Only load file keys matching one of these regexes (others count as ignored, not
     /// unexpected). Used to load one tower of a two-tower checkpoint. Empty = all keys.
     pub only: Vec<String>,
+    /// The architecture to read a PyTorch pickle without `config.json` as (`--arch resnet50`,
+    /// [`crate::Checkpoint::with_arch`]); `None` lets the model registry infer it from the keys.
+    pub arch: Option<String>,
 }
 
 /// Everything that went wrong while loading, reported at once.
@@ -53,7 +56,7 @@ pub enum LoadError {
     #[error("invalid key remapping pattern '{0}': {1}")]
     Pattern(String, String),
     /// Keys and parameters do not match.
-    #[error("{}", format_mismatch(files, missing, unexpected, errors))]
+    #[error("{}", format_mismatch(files, missing, unexpected, errors, hints))]
     Mismatch {
         /// The files read.
         files: Vec<PathBuf>,
@@ -67,6 +70,10 @@ pub enum LoadError {
         /// Shape and dtype disagreements, one line each, naming the key as stored, what the file
         /// stores and what the module expects.
         errors: Vec<String>,
+        /// What the stored keys suggest went wrong, when something does: the missing keys
+        /// found under a prefix the loader does not strip, or the file in another library's
+        /// layout (timm, torchvision, transformers).
+        hints: Vec<String>,
     },
     /// `keep_dtype` was asked for but cannot be honoured.
     #[error("{}: --dtype keep: {message}", display_files(files))]
@@ -88,6 +95,7 @@ fn format_mismatch(
     missing: &[String],
     unexpected: &[String],
     errors: &[String],
+    hints: &[String],
 ) -> String {
     let mut s = format!(
         "checkpoint {} does not match the model: {} missing, {} unexpected, {} mismatched",
@@ -105,7 +113,88 @@ fn format_mismatch(
     for k in unexpected {
         s.push_str(&format!("\n  unexpected key: {k}"));
     }
+    for h in hints {
+        s.push_str(&format!("\n  hint: {h}"));
+    }
     s
+}
+
+/// Marker keys of the layouts other libraries save vision models in, for [`layout_hints`].
+const LAYOUTS: &[(&str, &str)] = &[
+    (
+        "patch_embed.proj.weight",
+        "timm's layout (patch_embed.proj, blocks.N.attn.qkv), not the transformers layout",
+    ),
+    (
+        "layer1.0.conv1.weight",
+        "torchvision's ResNet layout (conv1, bn1, layer1..4)",
+    ),
+    (
+        "embeddings.patch_embeddings.projection.weight",
+        "the transformers layout (embeddings.patch_embeddings, encoder.layer.N)",
+    ),
+    (
+        "vision_model.embeddings.patch_embedding.weight",
+        "the transformers CLIP / SigLIP layout (vision_model.embeddings.patch_embedding)",
+    ),
+];
+
+/// Why the `missing` module keys (PyTorch naming) are not among the `stored` keys, when the
+/// stored keys say: most of them stored under one unknown prefix (`encoder_q.conv1.weight` for
+/// `conv1.weight`), or the file in another library's layout than the module's.
+fn layout_hints(
+    stored: &BTreeSet<&str>,
+    missing: &[&str],
+    expected: &BTreeSet<&str>,
+) -> Vec<String> {
+    let mut hints = Vec::new();
+    if missing.is_empty() {
+        return hints;
+    }
+    let mut prefixes: BTreeMap<String, (usize, String)> = BTreeMap::new();
+    for m in missing {
+        let suffix = format!(".{m}");
+        if let Some(k) = stored.iter().find(|k| k.ends_with(&suffix)) {
+            let prefix = &k[..k.len() - m.len()];
+            let e = prefixes
+                .entry(prefix.to_string())
+                .or_insert_with(|| (0, k.to_string()));
+            e.0 += 1;
+        }
+    }
+    if let Some((prefix, (n, example))) = prefixes.iter().max_by_key(|(_, (n, _))| *n)
+        && *n * 2 >= missing.len()
+    {
+        hints.push(format!(
+            "{n} of the {} missing keys are stored under the prefix '{prefix}' (e.g. {example}),              which is not a wrapper this loader strips (module., backbone., encoder.);              extract the model's own state dict, or remap the prefix away",
+            missing.len()
+        ));
+        return hints;
+    }
+    let has = |keys: &BTreeSet<&str>, marker: &str| {
+        keys.iter()
+            .any(|k| *k == marker || k.ends_with(&format!(".{marker}")))
+    };
+    let found: Vec<&str> = LAYOUTS
+        .iter()
+        .filter(|(m, _)| has(stored, m))
+        .map(|(_, d)| *d)
+        .collect();
+    let wanted: Vec<&str> = LAYOUTS
+        .iter()
+        .filter(|(m, _)| has(expected, m))
+        .map(|(_, d)| *d)
+        .collect();
+    if let (Some(f), Some(w)) = (found.first(), wanted.first())
+        && f != w
+    {
+        hints.push(format!("the file is in {f}; this model reads {w}"));
+    } else if let (Some(f), None) = (found.first(), wanted.first()) {
+        hints.push(format!(
+            "the file is in {f}, which this model does not read"
+        ));
+    }
+    hints
 }
 
 /// A burn dtype in words, as torch names it (`float32`, `float16`, `bfloat16`, `int64`, …).
@@ -201,6 +290,60 @@ pub fn read_safetensors_header(
     Ok(v)
 }
 
+/// Every tensor of a weight file as `(key, dtype tag, shape)`: a safetensors file from its
+/// header, a PyTorch pickle ([`crate::pth::is_pytorch_file`]) as [`crate::pth::read_state_dict`]
+/// reads it (nested state dict and wrapper prefixes undone), with its dtypes given the
+/// safetensors tags (`F32`, `I64`, …).
+///
+/// # Errors
+/// [`LoadError::File`] naming the file.
+pub fn read_entries(path: &Path) -> Result<Vec<(String, String, Vec<usize>)>, LoadError> {
+    if crate::pth::is_pytorch_file(path) {
+        return Ok(crate::pth::read_state_dict(path)?
+            .tensors
+            .iter()
+            .map(|t| {
+                (
+                    t.name.clone(),
+                    crate::pth::dtype_tag(t.dtype()).to_string(),
+                    t.shape().to_vec(),
+                )
+            })
+            .collect());
+    }
+    Ok(read_safetensors_header(path)?
+        .into_iter()
+        .map(|(key, t)| {
+            let dtype = t
+                .get("dtype")
+                .and_then(|d| d.as_str())
+                .unwrap_or("?")
+                .to_string();
+            let shape: Vec<usize> = t
+                .get("shape")
+                .and_then(|s| s.as_array())
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|d| d.as_u64().map(|d| d as usize))
+                        .collect()
+                })
+                .unwrap_or_default();
+            (key, dtype, shape)
+        })
+        .collect())
+}
+
+/// Key → shape of every tensor of a weight file, safetensors or PyTorch ([`read_entries`]).
+///
+/// # Errors
+/// [`LoadError::File`] naming the file.
+pub fn read_weight_shapes(path: &Path) -> Result<BTreeMap<String, Vec<usize>>, LoadError> {
+    Ok(read_entries(path)?
+        .into_iter()
+        .map(|(k, _, shape)| (k, shape))
+        .collect())
+}
+
 /// Reads the header of a safetensors file: key → shape.
 ///
 /// # Errors
@@ -271,25 +414,14 @@ pub fn load_strict<M: Module>(
 
     // What the files store, by key after remapping (the module's naming, PyTorch style).
     let mut stored: BTreeMap<String, Stored> = BTreeMap::new();
+    // Every key of the files after remapping, the ones `only` leaves out included (for hints).
+    let mut every_key: BTreeSet<String> = BTreeSet::new();
     let mut errors: Vec<String> = Vec::new();
     let file_name = |i: usize| files[i].display().to_string();
     for (i, file) in files.iter().enumerate() {
-        for (key, t) in read_safetensors_header(file)? {
-            let dtype = t
-                .get("dtype")
-                .and_then(|d| d.as_str())
-                .unwrap_or("?")
-                .to_string();
-            let shape: Vec<usize> = t
-                .get("shape")
-                .and_then(|s| s.as_array())
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|d| d.as_u64().map(|d| d as usize))
-                        .collect()
-                })
-                .unwrap_or_default();
+        for (key, dtype, shape) in read_entries(file)? {
             let remapped = remap_one(&remapper, &key);
+            every_key.insert(remapped.clone());
             if !only.is_empty() && !only.iter().any(|r| r.is_match(&remapped)) {
                 continue;
             }
@@ -397,11 +529,20 @@ pub fn load_strict<M: Module>(
         })
         .collect();
     if !missing.is_empty() || !unexpected.is_empty() || !errors.is_empty() {
+        let missing_names: Vec<&str> = expected
+            .keys()
+            .filter(|k| !stored.contains_key(*k))
+            .map(String::as_str)
+            .collect();
+        let expected_keys: BTreeSet<&str> = expected.keys().map(String::as_str).collect();
+        let every_key: BTreeSet<&str> = every_key.iter().map(String::as_str).collect();
+        let hints = layout_hints(&every_key, &missing_names, &expected_keys);
         return Err(LoadError::Mismatch {
             files: files.to_vec(),
             missing,
             unexpected,
             errors,
+            hints,
         });
     }
 
@@ -415,11 +556,34 @@ pub fn load_strict<M: Module>(
     let mut applied: BTreeSet<String> = BTreeSet::new();
     let mut burn_missing: BTreeSet<String> = BTreeSet::new();
     for file in files {
+        let adapter = PyTorchToBurnAdapter.chain(FloatCastAdapter::to(target));
+        if crate::pth::is_pytorch_file(file) {
+            let tensors: Vec<_> = crate::pth::read_state_dict(file)?
+                .tensors
+                .into_iter()
+                .map(bridge::from_pytorch)
+                .collect();
+            let (tensors, _) = remapper.remap(tensors);
+            let tensors = tensors
+                .into_iter()
+                .filter(|t| only.is_empty() || only.iter().any(|r| r.is_match(&t.name)))
+                .collect();
+            let result = module.apply(tensors, None, Some(Box::new(adapter)), true);
+            burn_errors.extend(
+                result
+                    .errors
+                    .iter()
+                    .map(|e| format!("{}: {}", file.display(), describe(e))),
+            );
+            applied.extend(result.applied.iter().cloned());
+            burn_missing.extend(result.missing.iter().map(|(p, _)| p.clone()));
+            continue;
+        }
         let store = SafetensorsStore::from_file(file)
             .remap(remapper.clone())
             .allow_partial(true)
             .validate(false)
-            .with_from_adapter(PyTorchToBurnAdapter.chain(FloatCastAdapter::to(target)));
+            .with_from_adapter(adapter);
         let mut store = if only.is_empty() {
             store
         } else {
@@ -451,6 +615,7 @@ pub fn load_strict<M: Module>(
             missing: burn_missing,
             unexpected: Vec::new(),
             errors: burn_errors,
+            hints: Vec::new(),
         });
     }
     Ok(module)
@@ -671,10 +836,8 @@ fn describe(e: &ApplyError) -> String {
 pub fn file_dtypes(files: &[PathBuf]) -> Result<Vec<String>, LoadError> {
     let mut out = BTreeSet::new();
     for path in files {
-        for t in read_safetensors_header(path)?.values() {
-            if let Some(d) = t.get("dtype").and_then(|d| d.as_str()) {
-                out.insert(d.to_string());
-            }
+        for (_, dtype, _) in read_entries(path)? {
+            out.insert(dtype);
         }
     }
     Ok(out.into_iter().collect())

@@ -63,6 +63,10 @@ pub struct Config {
     pub image_size: [usize; 2],
     /// The float type of the weights.
     pub dtype: Dtype,
+    /// The architecture of the models that are PyTorch pickles without `config.json`
+    /// (`--arch`, [`bindscope_core::LoadOptions::arch`]); `None` reads it off their keys.
+    #[serde(default)]
+    pub arch: Option<String>,
 }
 
 impl Config {
@@ -284,8 +288,17 @@ fn write_comparison(dir: &Path, models: &[ModelReport]) -> Result<()> {
 }
 
 /// Opens `spec` on `device`; a failed load (not a failed resolve) names the model.
-fn open(spec: &str, device: &Device, dtype: Dtype) -> Result<Opened<Box<dyn VisionEncoder>>> {
-    open_vision(spec, device, &dtype.load_options()).map_err(|e| match e {
+fn open(
+    spec: &str,
+    device: &Device,
+    dtype: Dtype,
+    arch: Option<&str>,
+) -> Result<Opened<Box<dyn VisionEncoder>>> {
+    let opts = bindscope_core::LoadOptions {
+        arch: arch.map(str::to_string),
+        ..dtype.load_options()
+    };
+    open_vision(spec, device, &opts).map_err(|e| match e {
         ModelError::Checkpoint(
             CheckpointError::NotFound { .. } | CheckpointError::MissingFile { .. },
         ) => e.into(),
@@ -413,7 +426,7 @@ struct Prepared {
 /// against it: everything before the run directory.
 fn prepare(config: &Config, spec: &str, ctx: &RunContext) -> Result<Prepared> {
     let ad = ctx.device.clone().autodiff();
-    let opened = open(spec, &ad, config.dtype)?;
+    let opened = open(spec, &ad, config.dtype, config.arch.as_deref())?;
     let (mean, std) = match config.normalize {
         Normalize::Model => {
             let p =
@@ -788,6 +801,7 @@ mod tests {
             depth: false,
             image_size: [16, 24],
             dtype: Dtype::F32,
+            arch: None,
         }
     }
 

@@ -185,6 +185,10 @@ pub struct EvalConfig {
     pub strict: bool,
     /// The float type of the weights.
     pub dtype: Dtype,
+    /// The architecture of a PyTorch pickle without `config.json` (`--arch`,
+    /// [`bindscope_core::LoadOptions::arch`]); `None` reads it off the keys.
+    #[serde(default)]
+    pub arch: Option<String>,
 }
 
 /// Where the items of an evaluation come from.
@@ -335,7 +339,10 @@ pub fn eval(config: &EvalConfig, output: &Output, ctx: &RunContext) -> Result<Ev
     let t_start = Instant::now();
     let (items, mut input, gen_cfg) = load_items(config)?;
 
-    let opts = config.dtype.load_options();
+    let opts = bindscope_core::LoadOptions {
+        arch: config.arch.clone(),
+        ..config.dtype.load_options()
+    };
     let t_load = Instant::now();
     let opened = bindscope_models::registry::open_text(&config.model, device, &opts)?;
     let load_s = t_load.elapsed().as_secs_f64();

@@ -147,7 +147,7 @@ fn load(
     spec: &str,
     device: &burn::prelude::Device,
 ) -> Result<Box<dyn bindscope_models::VisionEncoder>> {
-    bindscope_models::registry::load_vision(ckpt, device, &config.encoder.dtype.load_options())
+    bindscope_models::registry::load_vision(ckpt, device, &config.encoder.load_options())
         .with_context(|| format!("loading vision encoder of '{spec}'"))
 }
 
@@ -217,6 +217,7 @@ pub fn run(config: &ProbeAllConfig, output: &Output, ctx: &RunContext) -> Result
         depth: false,
         image_size: j.image_size,
         dtype: config.encoder.dtype,
+        arch: config.encoder.arch.clone(),
     });
     // Every check that needs the model, before the run directory: the scenes and the JER
     // probe against its patch size and the memory, `--jer-directions` against its output.

@@ -363,6 +363,7 @@ fn from_snapshot(
         weights,
         preprocessor_config: present("preprocessor_config.json"),
         tokenizer: present("tokenizer.json"),
+        arch: None,
     }))
 }
 
@@ -460,6 +461,7 @@ fn download(
         weights,
         preprocessor_config: found.remove("preprocessor_config.json").flatten(),
         tokenizer: found.remove("tokenizer.json").flatten(),
+        arch: None,
     })
 }
 

@@ -59,6 +59,13 @@ pub enum ProcessorKind {
     /// `ViTImageProcessor` (ViT, ViT-MAE): resize to `{height, width}` (default bilinear 224),
     /// mean / std 0.5, no crop.
     Vit,
+    /// torchvision's ImageNet evaluation transform on a PIL image, for checkpoints that come
+    /// without a processor config (a `.pth` release): `Resize(256)` (short side, Pillow
+    /// bilinear), `CenterCrop(224)` (offsets `int(round((H - h) / 2))`, Python's half-to-even
+    /// rounding; a too-small side zero-padded `(h - H) // 2` on top), `ToTensor()` (`x / 255`
+    /// in f32), `Normalize` with the ImageNet mean / std. Not read from a config file: see
+    /// [`ImageProcessor::for_checkpoint`].
+    TorchvisionImageNet,
 }
 
 impl ProcessorKind {
@@ -135,6 +142,8 @@ pub struct ImageProcessor {
 const OPENAI_CLIP_MEAN: [f64; 3] = [0.48145466, 0.4578275, 0.40821073];
 const OPENAI_CLIP_STD: [f64; 3] = [0.26862954, 0.26130258, 0.27577711];
 const IMAGENET_STANDARD: [f64; 3] = [0.5, 0.5, 0.5];
+const IMAGENET_MEAN: [f64; 3] = [0.485, 0.456, 0.406];
+const IMAGENET_STD: [f64; 3] = [0.229, 0.224, 0.225];
 
 fn f32x3(v: [f64; 3]) -> [f32; 3] {
     v.map(|x| x as f32)
@@ -205,6 +214,13 @@ impl ImageProcessor {
                 IMAGENET_STANDARD,
                 IMAGENET_STANDARD,
             ),
+            ProcessorKind::TorchvisionImageNet => (
+                ResizeTo::ShortestEdge(256),
+                Filter::Bilinear,
+                true,
+                IMAGENET_MEAN,
+                IMAGENET_STD,
+            ),
         };
         Self {
             kind,
@@ -255,6 +271,10 @@ impl ImageProcessor {
     pub fn for_checkpoint(ckpt: &bindscope_core::Checkpoint) -> Result<Self, ImageError> {
         match &ckpt.preprocessor_config {
             Some(p) => Self::from_file(p),
+            // A bare PyTorch release: the transform its authors evaluate with.
+            None if ckpt.is_pytorch_file() => {
+                Ok(Self::defaults(ProcessorKind::TorchvisionImageNet))
+            }
             None => Err(cfg_err(
                 None,
                 format!("{} has no preprocessor_config.json", ckpt.dir().display()),
@@ -299,7 +319,10 @@ impl ImageProcessor {
         p.do_rescale = flag("do_rescale", p.do_rescale)?;
         p.do_normalize = flag("do_normalize", p.do_normalize)?;
         p.do_convert_rgb = flag("do_convert_rgb", p.do_convert_rgb)?;
-        let crop_class = matches!(kind, ProcessorKind::Clip | ProcessorKind::Bit);
+        let crop_class = matches!(
+            kind,
+            ProcessorKind::Clip | ProcessorKind::Bit | ProcessorKind::TorchvisionImageNet
+        );
         if crop_class {
             p.do_center_crop = flag("do_center_crop", p.do_center_crop)?;
         }
@@ -401,7 +424,11 @@ impl ImageProcessor {
             img.clone()
         };
         if self.do_center_crop {
-            out = center_crop(&out, self.crop_size.0, self.crop_size.1);
+            out = if self.kind == ProcessorKind::TorchvisionImageNet {
+                center_crop_torchvision(&out, self.crop_size.0, self.crop_size.1)
+            } else {
+                center_crop(&out, self.crop_size.0, self.crop_size.1)
+            };
         }
         Ok(out)
     }
@@ -412,7 +439,10 @@ impl ImageProcessor {
         let mut data = vec![0f32; 3 * h * w];
         for (i, px) in img.data.chunks_exact(3).enumerate() {
             for c in 0..3 {
-                let mut x = if self.do_rescale {
+                let mut x = if self.do_rescale && self.kind == ProcessorKind::TorchvisionImageNet {
+                    // ToTensor: uint8 → float32, then a float32 division.
+                    px[c] as f32 / (1.0 / self.rescale_factor) as f32
+                } else if self.do_rescale {
                     (px[c] as f64 * self.rescale_factor) as f32
                 } else {
                     px[c] as f32
@@ -580,6 +610,44 @@ fn parse_size(v: &Value, square_int: bool, key: &str) -> Result<ResizeTo, ImageE
             None,
             format!("{key} must be an int, [height, width] or a dict; got {v}"),
         )),
+    }
+}
+
+/// `torchvision.transforms.functional.center_crop` on a PIL image: along each side, an image
+/// at least as large as the crop is cut from `int(round((H - h) / 2))` (Python's round, half to
+/// even: 1.5 → 2, 2.5 → 2); a smaller one is zero-padded with `(h - H) // 2` rows on top and
+/// the rest below.
+pub fn center_crop_torchvision(img: &RgbImage, crop_h: usize, crop_w: usize) -> RgbImage {
+    let offset = |size: usize, crop: usize| -> i64 {
+        if crop > size {
+            -(((crop - size) / 2) as i64)
+        } else {
+            let twice = size - crop; // offset = twice / 2, rounded half to even
+            let (q, r) = (twice / 2, twice % 2);
+            (if r == 1 && q % 2 == 1 { q + 1 } else { q }) as i64
+        }
+    };
+    let (top, left) = (offset(img.height, crop_h), offset(img.width, crop_w));
+    let mut data = vec![0u8; crop_h * crop_w * 3];
+    for oy in 0..crop_h {
+        let y = top + oy as i64;
+        if y < 0 || y >= img.height as i64 {
+            continue;
+        }
+        for ox in 0..crop_w {
+            let x = left + ox as i64;
+            if x < 0 || x >= img.width as i64 {
+                continue;
+            }
+            let s = (y as usize * img.width + x as usize) * 3;
+            let d = (oy * crop_w + ox) * 3;
+            data[d..d + 3].copy_from_slice(&img.data[s..s + 3]);
+        }
+    }
+    RgbImage {
+        width: crop_w,
+        height: crop_h,
+        data,
     }
 }
 

@@ -77,6 +77,10 @@ pub struct Config {
     pub model: Option<String>,
     /// Float dtype of the encoder's weights.
     pub dtype: Dtype,
+    /// The architecture of a PyTorch pickle without `config.json` (`--arch`,
+    /// [`bindscope_core::LoadOptions::arch`]); `None` reads it off the keys.
+    #[serde(default)]
+    pub arch: Option<String>,
     /// Readouts: `gap`, `summary`, `oracle`, `fovea` (GQA also `oracle-box`; its `fovea` is the
     /// text-conditioned one, also spelled `text-fovea`).
     pub readouts: Vec<String>,
@@ -340,9 +344,15 @@ struct Encoder {
 /// `preprocessor_config.json` is an error (the pixel normalization would be unknown).
 fn open_encoder(config: &Config, device: &Device) -> Result<Encoder> {
     let spec = config.model.clone().context("--model is required")?;
-    let opened =
-        bindscope_models::registry::open_vision(&spec, device, &config.dtype.load_options())
-            .with_context(|| format!("loading vision encoder of '{spec}'"))?;
+    let opened = bindscope_models::registry::open_vision(
+        &spec,
+        device,
+        &bindscope_core::LoadOptions {
+            arch: config.arch.clone(),
+            ..config.dtype.load_options()
+        },
+    )
+    .with_context(|| format!("loading vision encoder of '{spec}'"))?;
     let ckpt = opened.checkpoint;
     if ckpt.preprocessor_config.is_none() {
         bail!("'{spec}': no preprocessor_config.json, so the pixel normalization is unknown");
