@@ -17,7 +17,7 @@ use std::path::PathBuf;
 /// Which encoder to probe.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ModelSource {
-    /// Hugging Face id or local checkpoint directory.
+    /// Hugging Face id, local checkpoint directory, or PyTorch .pth/.pt file (a torchvision ResNet; see --arch).
     #[arg(
         long,
         required_unless_present = "random_init",

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 /// Arguments of `experiments embed`.
 #[derive(clap::Args, Debug)]
 pub struct EmbedArgs {
-    /// Hugging Face id or local checkpoint directory.
+    /// Hugging Face id, local checkpoint directory, or PyTorch .pth/.pt file (a torchvision ResNet; see --arch).
     #[arg(long)]
     model: String,
     /// Image files or directories (every file of a directory, sorted by name).

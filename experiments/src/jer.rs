@@ -16,7 +16,7 @@ use std::path::PathBuf;
 /// Arguments of `experiments jer`.
 #[derive(clap::Args, Debug)]
 pub struct JerArgs {
-    /// Hugging Face id or local checkpoint directory; repeat for a comparison table.
+    /// Hugging Face id, local checkpoint directory, or PyTorch .pth/.pt file (a torchvision ResNet; see --arch); repeat for a comparison table.
     #[arg(long, required = true, num_args = 1..)]
     model: Vec<String>,
     /// Number of probe images x ~ N(0.45, 0.225²), clipped to [0, 1].

@@ -372,17 +372,9 @@ pub fn model_type(ckpt: &Checkpoint) -> Result<String, ModelError> {
             .ok_or_else(|| ModelError::Unsupported {
                 file: ckpt.config.display().to_string(),
                 message: format!(
-                    "a PyTorch checkpoint without config.json, whose keys ({} of them, such as \
-                     {}) are no layout bindscope recognises; pass --arch (one of {:?}) or \
-                     a checkpoint directory with config.json",
-                    shapes.len(),
-                    shapes
-                        .keys()
-                        .take(3)
-                        .cloned()
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                    crate::resnet::MODEL_TYPES
+                    "a PyTorch checkpoint without config.json, in no layout bindscope reads \
+                     from one: {}",
+                    crate::resnet::describe_keys(&shapes)
                 ),
             });
     }

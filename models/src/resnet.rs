@@ -126,7 +126,7 @@ impl ResNetConfig {
                 Some(s) => Err(err(format!(
                     "{key} has shape {s:?}; a convolution weight is [out, in, kh, kw]"
                 ))),
-                None => Err(err(format!("no {key}: {}", not_resnet(shapes)))),
+                None => Err(err(format!("no {key}: {}", describe_keys(shapes)))),
             }
         };
         let stem_width = conv_out("conv1.weight")?;
@@ -211,18 +211,26 @@ impl ResNetConfig {
 
 /// What a state dict without torchvision's ResNet keys holds instead: the ResNet under a
 /// prefix the loader does not strip, another library's layout, or just its first keys.
-fn not_resnet(shapes: &BTreeMap<String, Vec<usize>>) -> String {
+pub fn describe_keys(shapes: &BTreeMap<String, Vec<usize>>) -> String {
     let expected = "expected torchvision's ResNet state dict (conv1, bn1, layer1..4, fc), \
-                    at the top level or under module., backbone. or encoder.";
-    let nested = shapes.keys().find_map(|k| {
-        let prefix = k.strip_suffix("conv1.weight")?;
-        (!prefix.is_empty() && shapes.contains_key(&format!("{prefix}layer1.0.conv1.weight")))
-            .then(|| prefix.to_string())
-    });
-    if let Some(prefix) = nested {
+                    at the top level or under module., backbone., encoder. or model.";
+    let nested: Vec<&str> = shapes
+        .keys()
+        .filter_map(|k| {
+            let prefix = k.strip_suffix("conv1.weight")?;
+            (!prefix.is_empty() && shapes.contains_key(&format!("{prefix}layer1.0.conv1.weight")))
+                .then_some(prefix)
+        })
+        .collect();
+    if let Some(prefix) = nested.last() {
+        let all = if nested.len() > 1 {
+            format!(" (there are ResNets under {})", nested.join(", "))
+        } else {
+            String::new()
+        };
         return format!(
             "the ResNet's keys are under the prefix '{prefix}' ({prefix}conv1.weight, \
-             {prefix}layer1.0.conv1.weight), which is not a wrapper this loader strips; \
+             {prefix}layer1.0.conv1.weight){all}, which is not a wrapper this loader strips; \
              {expected}"
         );
     }

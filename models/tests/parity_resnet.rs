@@ -178,14 +178,30 @@ fn unknown_prefix_is_named_with_what_was_expected() {
     assert!(
         err.contains("under the prefix 'encoder_q.'")
             && err.contains("encoder_q.layer1.0.conv1.weight")
-            && err.contains("module., backbone. or encoder."),
+            && err.contains("module., backbone., encoder. or model."),
         "{err}"
     );
     // The registry cannot tell the architecture either, and says so.
     let err = registry::model_type(&pth("encoder_q.pth"))
         .unwrap_err()
         .to_string();
-    assert!(err.contains("pass --arch"), "{err}");
+    assert!(
+        err.contains("without config.json") && err.contains("under the prefix 'encoder_q.'"),
+        "{err}"
+    );
+    // An --arch no pickle is read as is refused up front.
+    let opts = LoadOptions {
+        arch: Some("vit".into()),
+        ..LoadOptions::default()
+    };
+    let err = registry::load_vision(&pth("basic.pth"), &device(), &opts)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains("--arch vit") && err.contains("resnet50"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -36,7 +36,7 @@ pub enum CheckpointError {
     },
     /// A name that is a path (or is no Hub id) and names no directory.
     #[error(
-        "--model {spec}: no such directory ({why}); --model takes a checkpoint directory (with config.json and model.safetensors) or a Hub id org/name[@revision]"
+        "--model {spec}: no such directory or file ({why}); --model takes a checkpoint directory (with config.json and model.safetensors), a PyTorch .pth/.pt file, or a Hub id org/name[@revision]"
     )]
     LocalNotFound {
         /// The name as given.
@@ -173,6 +173,7 @@ impl Checkpoint {
         let looks_local = spec.starts_with(['.', '/', '~'])
             || spec.contains('\\')
             || path.exists()
+            || crate::pth::is_pytorch_file(&path)
             || spec.split('@').next().unwrap_or("").split('/').count() > 2;
         match HubId::parse(spec).filter(|_| !looks_local) {
             Some(id) => hub::resolve(spec, &id, hub),
@@ -211,7 +212,8 @@ impl Checkpoint {
             return Err(CheckpointError::BadJson {
                 path: self.config.clone(),
                 message: format!(
-                    "--arch {arch} is for a PyTorch .pth/.pt file without config.json; this                      checkpoint's config.json names its architecture (model_type)"
+                    "--arch {arch} is for a PyTorch .pth/.pt file without config.json; this \
+                     checkpoint's config.json names its architecture (model_type)"
                 ),
             });
         }
@@ -283,9 +285,24 @@ impl Checkpoint {
         } else if dir.join(PYTORCH_WEIGHTS).is_file() {
             vec![dir.join(PYTORCH_WEIGHTS)]
         } else {
+            let pickles: Vec<String> = std::fs::read_dir(dir)
+                .into_iter()
+                .flatten()
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.is_file() && crate::pth::is_pytorch_file(p))
+                .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+                .collect();
+            let hint = if pickles.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; it holds {}: pass the file itself as --model to read it without config.json",
+                    pickles.join(", ")
+                )
+            };
             return Err(CheckpointError::MissingFile {
                 dir: dir.to_path_buf(),
-                file: format!("{WEIGHTS} (or {INDEX}, or {PYTORCH_WEIGHTS})"),
+                file: format!("{WEIGHTS} (or {INDEX}, or {PYTORCH_WEIGHTS}){hint}"),
             });
         };
         let opt = |name: &str| Some(dir.join(name)).filter(|p| p.is_file());

@@ -166,7 +166,9 @@ fn layout_hints(
         && *n * 2 >= missing.len()
     {
         hints.push(format!(
-            "{n} of the {} missing keys are stored under the prefix '{prefix}' (e.g. {example}),              which is not a wrapper this loader strips (module., backbone., encoder.);              extract the model's own state dict, or remap the prefix away",
+            "{n} of the {} missing keys are stored under the prefix '{prefix}' (e.g. {example}), \
+             which is not a wrapper this loader strips (module., backbone., encoder., model.); \
+             extract the model's own state dict, or remap the prefix away",
             missing.len()
         ));
         return hints;

@@ -10,7 +10,8 @@
 //!    [`NESTED_KEYS`] that holds tensors is taken and every tensor outside it (optimizer
 //!    buffers, EMA copies) is left out.
 //! 2. **Wrapper prefixes.** `nn.DataParallel` / `DistributedDataParallel` save every key under
-//!    `module.`, and self-supervised training code under `backbone.` or `encoder.`. A leading
+//!    `module.`, self-supervised training code under `backbone.` or `encoder.`, PyTorch
+//!    Lightning's `.ckpt` under the attribute holding the network (`model.`). A leading
 //!    [`WRAPPER_PREFIXES`] component shared by *every* key is stripped, repeatedly
 //!    (`module.backbone.conv1.weight` → `conv1.weight`). A prefix only some keys have is left
 //!    alone: then it names a submodule, not a wrapper.
@@ -31,7 +32,7 @@ use std::path::Path;
 pub const NESTED_KEYS: &[&str] = &["state_dict", "model_state_dict", "model", "net", "network"];
 
 /// Leading key components that wrap a whole model and are stripped when every key has one.
-pub const WRAPPER_PREFIXES: &[&str] = &["module", "backbone", "encoder"];
+pub const WRAPPER_PREFIXES: &[&str] = &["module", "backbone", "encoder", "model"];
 
 /// Whether `path` is named like a PyTorch pickle checkpoint: `.pth`, `.pt`, `.pth.tar`, `.ckpt`
 /// or `.bin` (transformers' `pytorch_model.bin`).
@@ -154,6 +155,39 @@ pub fn read_state_dict(path: &Path) -> Result<PthStateDict, LoadError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn fixture(name: &str) -> std::path::PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../tests/fixtures/resnet")
+            .join(name)
+    }
+
+    #[test]
+    fn zip_archive_root_of_21_characters_opens() {
+        let sd = read_state_dict(&fixture("root_name_is_21_chars.pth")).unwrap();
+        assert_eq!(sd.tensors.len(), 1);
+        assert_eq!(sd.tensors[0].name, "w");
+        let bytes = sd.tensors[0].read().unwrap();
+        let v: Vec<f32> = bytes
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+            .collect();
+        assert_eq!(v, [0.0, 1.0, 2.0]);
+    }
+
+    #[test]
+    fn nested_state_dict_and_wrappers_are_undone() {
+        let sd = read_state_dict(&fixture("bottleneck.pth.tar")).unwrap();
+        assert_eq!(sd.nested_key.as_deref(), Some("state_dict"));
+        assert_eq!(sd.stripped, ["module"]);
+        assert!(
+            sd.left_out > 0,
+            "the optimizer's momentum buffers are left out"
+        );
+        assert!(sd.tensors.iter().any(|t| t.name == "layer1.0.conv1.weight"));
+        let plain = read_state_dict(&fixture("basic.pth")).unwrap();
+        assert!(plain.nested_key.is_none() && plain.stripped.is_empty());
+    }
 
     #[test]
     fn pytorch_file_names() {
