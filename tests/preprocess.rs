@@ -438,7 +438,7 @@ fn processor_configs_follow_transformers_rules() {
     assert_eq!(clip.resized_size(23, 37), (360, 224));
     // Errors.
     for bad in [
-        r#"{"image_processor_type": "ConvNextImageProcessor"}"#,
+        r#"{"image_processor_type": "DeiTImageProcessor"}"#,
         r#"{"image_processor_type": "SiglipImageProcessor", "size": {"shortest_edge": 224}}"#,
         r#"{"image_processor_type": "CLIPImageProcessor", "resample": 7}"#,
         r#"{"image_processor_type": "CLIPImageProcessor", "image_mean": [0.5, 0.5]}"#,
@@ -547,5 +547,59 @@ fn pth_checkpoints_preprocess_like_torchvision() {
     assert_eq!(
         p,
         ImageProcessor::defaults(ProcessorKind::TorchvisionImageNet)
+    );
+}
+
+/// `ConvNextImageProcessor` (transformers 5.24's PIL backend): `crop_pct` resize below 384
+/// (`size 24`, `crop_pct 0.8`: short side 30, bicubic, center 24×24), fixture
+/// `tests/fixtures/convnext`.
+#[test]
+fn convnext_processor_matches_transformers() {
+    let r = common::Reference::open("convnext");
+    let p =
+        ImageProcessor::from_file(fixture("convnext").join("preprocessor_config.json")).unwrap();
+    assert_eq!(p.kind, ProcessorKind::ConvNext);
+    assert_eq!(
+        (p.size, p.crop_size),
+        (ResizeTo::ShortestEdge(30), (24, 24))
+    );
+    for name in ["a", "b", "c", "d"] {
+        let path = fixture("resnet")
+            .join("preprocess")
+            .join(format!("{name}.png"));
+        let img = decode_file(&path, &DecodeOptions::hf()).unwrap();
+        let got = p.preprocess(&img).unwrap();
+        let (shape, want) = r.f32(&format!("preprocess.{name}"));
+        assert_eq!(shape, [3, got.height, got.width], "{name}");
+        let worst = got
+            .data
+            .iter()
+            .zip(&want)
+            .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+        assert!(worst <= 1e-4, "{name}: max |Δ| {worst:e}");
+    }
+    // From 384 on, a plain s × s resize; the Hub's convnext-*-224 configs give 256 then 224.
+    let big: serde_json::Value = serde_json::json!({
+        "image_processor_type": "ConvNextImageProcessor", "size": {"shortest_edge": 384}
+    });
+    let p = ImageProcessor::from_json(&big, None).unwrap();
+    assert_eq!(
+        (p.size, p.do_center_crop),
+        (
+            ResizeTo::Exact {
+                height: 384,
+                width: 384
+            },
+            false
+        )
+    );
+    let hub: serde_json::Value = serde_json::json!({
+        "feature_extractor_type": "ConvNextFeatureExtractor", "size": 224, "crop_pct": 0.875,
+        "resample": 3, "image_mean": [0.485, 0.456, 0.406], "image_std": [0.229, 0.224, 0.225]
+    });
+    let p = ImageProcessor::from_json(&hub, None).unwrap();
+    assert_eq!(
+        (p.size, p.crop_size, p.do_center_crop),
+        (ResizeTo::ShortestEdge(256), (224, 224), true)
     );
 }

@@ -13,6 +13,7 @@
 //! | [`vit`] | generic ViT (DINO v1 checkpoints) | `ViTModel` |
 //! | [`vit_mae`] | ViT-MAE encoder, masking off | `ViTMAEModel` |
 //! | [`ijepa`] | I-JEPA context encoder, mean-pooled | `IJepaModel` |
+//! | [`convnext`] | ConvNeXt, layernormed global average | `ConvNextModel` |
 //! | [`resnet`] | ResNet-18 … 152, BatchNorm in eval mode, global average pool | torchvision `ResNet` |
 //! | [`bert`] | BERT encoder, sentence-transformers mean pooling | `BertModel` |
 //! | [`llama`] | Llama decoder (the blocks Qwen2 / Qwen3 share), tied or untied head | `LlamaForCausalLM` |
@@ -31,6 +32,7 @@
 pub mod attention;
 pub mod bert;
 pub mod clip;
+pub mod convnext;
 pub mod dinov2;
 pub mod generate;
 pub mod ijepa;

@@ -13,6 +13,7 @@
 //! | `vit` | `ViTModel` | [`crate::vit::ViTModel`] | — |
 //! | `vit_mae` | `ViTMAEModel` | [`crate::vit_mae::ViTMAEModel`] | — |
 //! | `ijepa` | `IJepaModel` | [`crate::ijepa::IJepaModel`] | — |
+//! | `convnext` | `ConvNextModel` | [`crate::convnext::ConvNextModel`] | — |
 //! | `resnet`, `resnet18` … `resnet152` | torchvision `ResNet` (a `.pth` without `config.json`: `--arch`, or inferred from its keys) | [`crate::resnet::ResNetModel`] | — |
 //! | `bert` | `BertModel` | — | [`crate::bert::BertModel`] |
 //!
@@ -40,7 +41,9 @@
 //! parameters never collect gradients, so a backward pass costs only the input gradients.
 
 use crate::{CausalLm, ModelError, ModelInfo, TextEncoder, VisionEncoder};
-use crate::{bert, clip, dinov2, ijepa, llama, qwen2, qwen3, resnet, siglip, vit, vit_mae};
+use crate::{
+    bert, clip, convnext, dinov2, ijepa, llama, qwen2, qwen3, resnet, siglip, vit, vit_mae,
+};
 use bindscope_core::{Checkpoint, LoadOptions};
 use burn::module::Module;
 use burn::tensor::Device;
@@ -178,6 +181,13 @@ pub const ARCHITECTURES: &[Architecture] = &[
         causal_lm: None,
     },
     Architecture {
+        model_types: &[convnext::MODEL_TYPE],
+        hf_class: "ConvNextModel",
+        vision: Some(|c, d, o| boxed_vision(convnext::ConvNextModel::load(c, d, o), d)),
+        text: None,
+        causal_lm: None,
+    },
+    Architecture {
         model_types: resnet::MODEL_TYPES,
         hf_class: "torchvision.models.ResNet",
         vision: Some(|c, d, o| boxed_vision(resnet::ResNetModel::load(c, d, o), d)),
@@ -222,9 +232,27 @@ pub fn find(model_type: &str) -> Option<&'static Architecture> {
 }
 
 /// `ckpt` read as `opts.arch` when one is given ([`Checkpoint::with_arch`]).
+///
+/// # Errors
+/// [`ModelError::Unsupported`] for an `--arch` no PyTorch pickle is read as
+/// ([`PICKLE_ARCHES`]); as [`Checkpoint::with_arch`] for a checkpoint with `config.json`.
 fn with_arch(ckpt: &Checkpoint, opts: &LoadOptions) -> Result<Checkpoint, ModelError> {
+    if let Some(arch) = &opts.arch
+        && !PICKLE_ARCHES.contains(&arch.as_str())
+    {
+        return Err(ModelError::Unsupported {
+            file: ckpt.config.display().to_string(),
+            message: format!(
+                "--arch {arch}: a PyTorch checkpoint without config.json is read as one of \
+                 {PICKLE_ARCHES:?}"
+            ),
+        });
+    }
     Ok(ckpt.clone().with_arch(opts.arch.as_deref())?)
 }
+
+/// The architectures a PyTorch pickle without `config.json` can be read as (`--arch`).
+pub const PICKLE_ARCHES: &[&str] = resnet::MODEL_TYPES;
 
 /// The `model_type`s of the rows `has` selects, comma-separated, for error messages.
 fn supported(has: impl Fn(&Architecture) -> bool) -> String {

@@ -1,8 +1,9 @@
 //! `preprocessor_config.json` → `pixel_values`, as the transformers image processors compute
 //! them on their PIL backend (`CLIPImageProcessorPil`, `SiglipImageProcessorPil`,
-//! `BitImageProcessorPil`, `ViTImageProcessorPil` of transformers 5.x, what
-//! `AutoImageProcessor.from_pretrained(dir, backend="pil")` returns; the same numbers as 4.x's
-//! slow processors, `use_fast=False`).
+//! `BitImageProcessorPil`, `ViTImageProcessorPil`, `ConvNextImageProcessorPil` of transformers
+//! 5.x, what `AutoImageProcessor.from_pretrained(dir, backend="pil")` returns; the same numbers
+//! as 4.x's slow processors, `use_fast=False`), and torchvision's ImageNet evaluation transform
+//! for PyTorch releases without a processor config ([`ProcessorKind::TorchvisionImageNet`]).
 //!
 //! Per image, in this order, each step only if its flag is set:
 //! 1. resize with Pillow (uint8 in, uint8 out, [`resize`](super::resample::resize)): to
@@ -59,6 +60,12 @@ pub enum ProcessorKind {
     /// `ViTImageProcessor` (ViT, ViT-MAE): resize to `{height, width}` (default bilinear 224),
     /// mean / std 0.5, no crop.
     Vit,
+    /// `ConvNextImageProcessor` (ConvNeXt): `size = {shortest_edge: s}` with `crop_pct`
+    /// (default 224 / 256): below 384 the short side is resized to `int(s / crop_pct)` and
+    /// the center `s × s` cropped; from 384 on the image is resized to `s × s`. Read into the
+    /// equivalent resize and crop (the fields of [`ImageProcessor`]). Default bicubic, mean /
+    /// std 0.5.
+    ConvNext,
     /// torchvision's ImageNet evaluation transform on a PIL image, for checkpoints that come
     /// without a processor config (a `.pth` release): `Resize(256)` (short side, Pillow
     /// bilinear), `CenterCrop(224)` (offsets `int(round((H - h) / 2))`, Python's half-to-even
@@ -83,12 +90,13 @@ impl ProcessorKind {
             "SiglipImageProcessor" => Self::Siglip,
             "BitImageProcessor" => Self::Bit,
             "ViTImageProcessor" | "ViTFeatureExtractor" => Self::Vit,
+            "ConvNextImageProcessor" | "ConvNextFeatureExtractor" => Self::ConvNext,
             _ => {
                 return Err(ImageError::Config {
                     path: None,
                     message: format!(
                         "image processor '{name}' is not supported (CLIPImageProcessor, SiglipImageProcessor, \
-                         BitImageProcessor, ViTImageProcessor)"
+                         BitImageProcessor, ViTImageProcessor, ConvNextImageProcessor)"
                     ),
                 });
             }
@@ -210,6 +218,13 @@ impl ImageProcessor {
                     width: 224,
                 },
                 Filter::Bilinear,
+                false,
+                IMAGENET_STANDARD,
+                IMAGENET_STANDARD,
+            ),
+            ProcessorKind::ConvNext => (
+                ResizeTo::ShortestEdge(384),
+                Filter::Bicubic,
                 false,
                 IMAGENET_STANDARD,
                 IMAGENET_STANDARD,
@@ -374,10 +389,51 @@ impl ImageProcessor {
                 }
             }
         }
+        if kind == ProcessorKind::ConvNext {
+            p.convnext_crop_pct(obj)?;
+        }
         if p.do_normalize && p.image_std.contains(&0.0) {
             return Err(cfg_err(None, "image_std contains 0"));
         }
         Ok(p)
+    }
+
+    /// `ConvNextImageProcessor`'s `crop_pct` resize as the equivalent shortest-edge resize and
+    /// center crop (see [`ProcessorKind::ConvNext`]).
+    fn convnext_crop_pct(
+        &mut self,
+        obj: &serde_json::Map<String, Value>,
+    ) -> Result<(), ImageError> {
+        let crop_pct = match obj.get("crop_pct").filter(|v| !v.is_null()) {
+            None => 224.0 / 256.0,
+            Some(v) => v.as_f64().filter(|c| *c > 0.0).ok_or_else(|| {
+                cfg_err(None, format!("crop_pct must be a positive number, got {v}"))
+            })?,
+        };
+        if obj.get("do_center_crop").and_then(Value::as_bool) == Some(true) {
+            return Err(cfg_err(
+                None,
+                "do_center_crop true on top of ConvNextImageProcessor's crop_pct resize is not \
+                 supported",
+            ));
+        }
+        let ResizeTo::ShortestEdge(s) = self.size else {
+            return Err(cfg_err(
+                None,
+                "ConvNextImageProcessor needs size {shortest_edge}; transformers rejects others",
+            ));
+        };
+        if s < 384 {
+            self.size = ResizeTo::ShortestEdge((s as f64 / crop_pct) as usize);
+            self.do_center_crop = self.do_resize;
+            self.crop_size = (s, s);
+        } else {
+            self.size = ResizeTo::Exact {
+                height: s,
+                width: s,
+            };
+        }
+        Ok(())
     }
 
     /// Size `(height, width)` after the resize step for an input of `width x height`.
