@@ -50,8 +50,9 @@ pub struct JerArgs {
     /// output draws its own directions: the final-layer JER is the same with and without it.
     #[arg(long)]
     depth: bool,
-    /// Probe image size HxW; the paper uses 224×224 for every model (DINOv2's position
-    /// embeddings are interpolated from their 518-pixel grid, as transformers does).
+    /// Probe image size HxW (position embeddings are interpolated, as transformers does), or
+    /// `native`: each model at its configured input size (518 for the DINOv2 Hub checkpoints,
+    /// 224 for the others). The paper does not state its probe size (App. D.4)
     #[arg(long = "image-size", alias = "size", default_value = "224x224")]
     image_size: String,
     /// Run directory (with several models: the parent of one directory per model).
@@ -80,6 +81,11 @@ pub(crate) fn image_size(flag: &str, s: &str) -> Result<[usize; 2]> {
 }
 
 impl JerArgs {
+    /// `--image-size native`.
+    fn native_size(&self) -> bool {
+        self.image_size.trim().eq_ignore_ascii_case("native")
+    }
+
     /// The study's configuration: `--seeds` (or `--seed`) resolved, `--image-size` parsed.
     fn config(&self) -> Result<Config> {
         Ok(Config {
@@ -96,7 +102,12 @@ impl JerArgs {
             output: self.output,
             normalize: self.normalize,
             depth: self.depth,
-            image_size: image_size("--image-size", &self.image_size)?,
+            image_size: if self.native_size() {
+                [0, 0]
+            } else {
+                image_size("--image-size", &self.image_size)?
+            },
+            native_size: self.native_size(),
             dtype: self.model_opts.dtype,
             arch: self.model_opts.arch.clone(),
         })

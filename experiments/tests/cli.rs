@@ -783,3 +783,34 @@ fn provenance_records_the_build_not_the_working_directory() {
     );
     std::fs::remove_dir_all(&out).ok();
 }
+
+/// `--image-size native` probes each model at its configured input size (the `jer` fixture's
+/// `image_size` is 16, the `vit` fixture's 32) and records the size it used.
+#[test]
+fn jer_native_size_uses_each_models_configured_size() {
+    for (name, size) in [("jer", 16), ("vit", 32)] {
+        let out = scratch(&format!("jer-native-{name}"));
+        let o = out.display().to_string();
+        let model = fixture(name);
+        ok(&[
+            "jer",
+            "--model",
+            &model,
+            "--images",
+            "1",
+            "--directions",
+            "4",
+            "--image-size",
+            "native",
+            "--out",
+            &o,
+        ]);
+        let config: serde_json::Value =
+            serde_json::from_str(&read(&out.join("config.json"))).unwrap();
+        assert_eq!(
+            config["identity"]["size"],
+            serde_json::json!([size, size]),
+            "{name}"
+        );
+    }
+}

@@ -59,8 +59,14 @@ pub struct Config {
     /// output has its own direction stream ([`crate::probe::directions_stream`]), so the final
     /// output's numbers do not change with it.
     pub depth: bool,
-    /// Probe image size `[height, width]` in pixels.
+    /// Probe image size `[height, width]` in pixels (ignored with `native_size`).
     pub image_size: [usize; 2],
+    /// Probe each model at its own configured input size ([`bindscope_models::ModelInfo::
+    /// input_size`]: `image_size` of its `config.json`, 518 for the DINOv2 Hub checkpoints)
+    /// instead of `image_size` (`--image-size native`). The paper does not state its probe
+    /// size (App. D.4, Table 11).
+    #[serde(default)]
+    pub native_size: bool,
     /// The float type of the weights.
     pub dtype: Dtype,
     /// The architecture of the models that are PyTorch pickles without `config.json`
@@ -95,7 +101,7 @@ impl Config {
         if self.chunk == 0 {
             bail!("--chunk must be at least 1");
         }
-        if self.image_size.contains(&0) {
+        if !self.native_size && self.image_size.contains(&0) {
             let [h, w] = self.image_size;
             bail!("--image-size {h}x{w}: sizes must be positive");
         }
@@ -434,6 +440,17 @@ fn prepare(config: &Config, spec: &str, ctx: &RunContext) -> Result<Prepared> {
             (p.image_mean, p.image_std)
         }
         Normalize::Imagenet => (IMAGENET_MEAN, IMAGENET_STD),
+    };
+    // The probe size this model is run at: the configured one with `native_size`.
+    let sized;
+    let config = if config.native_size {
+        sized = Config {
+            image_size: opened.model.info().input_size,
+            ..config.clone()
+        };
+        &sized
+    } else {
+        config
     };
     let dims = check_model(config, spec, opened.model.as_ref(), &ad, on_host(ctx))?;
     let [h, w] = config.image_size;
@@ -800,6 +817,7 @@ mod tests {
             normalize: Normalize::Imagenet,
             depth: false,
             image_size: [16, 24],
+            native_size: false,
             dtype: Dtype::F32,
             arch: None,
         }

@@ -216,6 +216,7 @@ pub fn run(config: &ProbeAllConfig, output: &Output, ctx: &RunContext) -> Result
         normalize: Normalize::Imagenet,
         depth: false,
         image_size: j.image_size,
+        native_size: false,
         dtype: config.encoder.dtype,
         arch: config.encoder.arch.clone(),
     });
