@@ -500,6 +500,25 @@ fn damaged_files_error_without_panicking() {
     assert!(errors > 0);
 }
 
+/// `p` on `tests/fixtures/resnet/preprocess/{a,b,c,d}.png` against `preprocess.{name}` of `r`.
+fn check_preprocess_images(p: &ImageProcessor, r: &common::Reference, tol: f32) {
+    for name in ["a", "b", "c", "d"] {
+        let path = fixture("resnet")
+            .join("preprocess")
+            .join(format!("{name}.png"));
+        let img = decode_file(&path, &DecodeOptions::hf()).unwrap();
+        let got = p.preprocess(&img).unwrap();
+        let (shape, want) = r.f32(&format!("preprocess.{name}"));
+        assert_eq!(shape, [3, got.height, got.width], "{name}");
+        let worst = got
+            .data
+            .iter()
+            .zip(&want)
+            .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+        assert!(worst <= tol, "{name}: max |Δ| {worst:e}");
+    }
+}
+
 /// torchvision's ImageNet evaluation transform (`Resize`, `CenterCrop`, `ToTensor`,
 /// `Normalize`) on PIL images, the preprocessing of `.pth` releases without a processor config
 /// (fixture `tests/fixtures/resnet`, torchvision 0.29.2): run at `Resize(24)`,
@@ -520,21 +539,7 @@ fn torchvision_imagenet_transform_matches_torchvision() {
         crop_size: (20, 20),
         ..defaults
     };
-    for name in ["a", "b", "c", "d"] {
-        let path = fixture("resnet")
-            .join("preprocess")
-            .join(format!("{name}.png"));
-        let img = decode_file(&path, &DecodeOptions::hf()).unwrap();
-        let got = p.preprocess(&img).unwrap();
-        let (shape, want) = r.f32(&format!("preprocess.{name}"));
-        assert_eq!(shape, [3, got.height, got.width], "{name}");
-        let worst = got
-            .data
-            .iter()
-            .zip(&want)
-            .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
-        assert!(worst <= 1e-6, "{name}: max |Δ| {worst:e}");
-    }
+    check_preprocess_images(&p, &r, 1e-6);
 }
 
 /// A `.pth` checkpoint has no `preprocessor_config.json`: it is preprocessed with torchvision's
@@ -563,21 +568,7 @@ fn convnext_processor_matches_transformers() {
         (p.size, p.crop_size),
         (ResizeTo::ShortestEdge(30), (24, 24))
     );
-    for name in ["a", "b", "c", "d"] {
-        let path = fixture("resnet")
-            .join("preprocess")
-            .join(format!("{name}.png"));
-        let img = decode_file(&path, &DecodeOptions::hf()).unwrap();
-        let got = p.preprocess(&img).unwrap();
-        let (shape, want) = r.f32(&format!("preprocess.{name}"));
-        assert_eq!(shape, [3, got.height, got.width], "{name}");
-        let worst = got
-            .data
-            .iter()
-            .zip(&want)
-            .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
-        assert!(worst <= 1e-4, "{name}: max |Δ| {worst:e}");
-    }
+    check_preprocess_images(&p, &r, 1e-4);
     // From 384 on, a plain s × s resize; the Hub's convnext-*-224 configs give 256 then 224.
     let big: serde_json::Value = serde_json::json!({
         "image_processor_type": "ConvNextImageProcessor", "size": {"shortest_edge": 384}

@@ -321,15 +321,7 @@ pub fn read_entries(path: &Path) -> Result<Vec<(String, String, Vec<usize>)>, Lo
                 .and_then(|d| d.as_str())
                 .unwrap_or("?")
                 .to_string();
-            let shape: Vec<usize> = t
-                .get("shape")
-                .and_then(|s| s.as_array())
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|d| d.as_u64().map(|d| d as usize))
-                        .collect()
-                })
-                .unwrap_or_default();
+            let shape = header_shape(&t);
             (key, dtype, shape)
         })
         .collect())
@@ -353,19 +345,20 @@ pub fn read_weight_shapes(path: &Path) -> Result<BTreeMap<String, Vec<usize>>, L
 pub fn read_safetensors_shapes(path: &Path) -> Result<BTreeMap<String, Vec<usize>>, LoadError> {
     Ok(read_safetensors_header(path)?
         .into_iter()
-        .map(|(k, t)| {
-            let shape = t
-                .get("shape")
-                .and_then(|s| s.as_array())
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|d| d.as_u64().map(|d| d as usize))
-                        .collect()
-                })
-                .unwrap_or_default();
-            (k, shape)
-        })
+        .map(|(k, t)| (k, header_shape(&t)))
         .collect())
+}
+
+/// The `shape` of one safetensors header entry (empty when malformed).
+fn header_shape(t: &serde_json::Value) -> Vec<usize> {
+    t.get("shape")
+        .and_then(|s| s.as_array())
+        .map(|a| {
+            a.iter()
+                .filter_map(|d| d.as_u64().map(|d| d as usize))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// One tensor of a checkpoint as its file's header describes it.
@@ -559,7 +552,7 @@ pub fn load_strict<M: Module>(
     let mut burn_missing: BTreeSet<String> = BTreeSet::new();
     for file in files {
         let adapter = PyTorchToBurnAdapter.chain(FloatCastAdapter::to(target));
-        if crate::pth::is_pytorch_file(file) {
+        let result = if crate::pth::is_pytorch_file(file) {
             let tensors: Vec<_> = crate::pth::read_state_dict(file)?
                 .tensors
                 .into_iter()
@@ -570,31 +563,23 @@ pub fn load_strict<M: Module>(
                 .into_iter()
                 .filter(|t| only.is_empty() || only.iter().any(|r| r.is_match(&t.name)))
                 .collect();
-            let result = module.apply(tensors, None, Some(Box::new(adapter)), true);
-            burn_errors.extend(
-                result
-                    .errors
-                    .iter()
-                    .map(|e| format!("{}: {}", file.display(), describe(e))),
-            );
-            applied.extend(result.applied.iter().cloned());
-            burn_missing.extend(result.missing.iter().map(|(p, _)| p.clone()));
-            continue;
-        }
-        let store = SafetensorsStore::from_file(file)
-            .remap(remapper.clone())
-            .allow_partial(true)
-            .validate(false)
-            .with_from_adapter(adapter);
-        let mut store = if only.is_empty() {
-            store
+            module.apply(tensors, None, Some(Box::new(adapter)), true)
         } else {
-            store.with_regexes(opts.only.clone())
+            let store = SafetensorsStore::from_file(file)
+                .remap(remapper.clone())
+                .allow_partial(true)
+                .validate(false)
+                .with_from_adapter(adapter);
+            let mut store = if only.is_empty() {
+                store
+            } else {
+                store.with_regexes(opts.only.clone())
+            };
+            module.load_from(&mut store).map_err(|e| LoadError::File {
+                path: file.clone(),
+                message: e.to_string(),
+            })?
         };
-        let result = module.load_from(&mut store).map_err(|e| LoadError::File {
-            path: file.clone(),
-            message: e.to_string(),
-        })?;
         burn_errors.extend(
             result
                 .errors

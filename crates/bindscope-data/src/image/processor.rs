@@ -684,39 +684,13 @@ pub fn center_crop_torchvision(img: &RgbImage, crop_h: usize, crop_w: usize) -> 
         }
     };
     let (top, left) = (offset(img.height, crop_h), offset(img.width, crop_w));
-    let mut data = vec![0u8; crop_h * crop_w * 3];
-    for oy in 0..crop_h {
-        let y = top + oy as i64;
-        if y < 0 || y >= img.height as i64 {
-            continue;
-        }
-        for ox in 0..crop_w {
-            let x = left + ox as i64;
-            if x < 0 || x >= img.width as i64 {
-                continue;
-            }
-            let s = (y as usize * img.width + x as usize) * 3;
-            let d = (oy * crop_w + ox) * 3;
-            data[d..d + 3].copy_from_slice(&img.data[s..s + 3]);
-        }
-    }
-    RgbImage {
-        width: crop_w,
-        height: crop_h,
-        data,
-    }
+    crop_at(img, top, left, crop_h, crop_w)
 }
 
-/// `transformers.image_transforms.center_crop` on a uint8 image.
-///
-/// The output is always `crop_h x crop_w`. transformers slices from `top = (H - crop_h) // 2`
-/// (floor); when the image is smaller than the crop it first pads it with zeros,
-/// `ceil((crop_h - H) / 2)` rows on top, which amounts to the same offset with the rows outside
-/// the image set to 0 (likewise for columns).
-pub fn center_crop(img: &RgbImage, crop_h: usize, crop_w: usize) -> RgbImage {
+/// The `crop_h × crop_w` window of `img` whose top-left corner is at `(top, left)` (either may
+/// be negative), pixels outside the image set to 0.
+fn crop_at(img: &RgbImage, top: i64, left: i64, crop_h: usize, crop_w: usize) -> RgbImage {
     let (h, w) = (img.height as i64, img.width as i64);
-    let top = (h - crop_h as i64).div_euclid(2);
-    let left = (w - crop_w as i64).div_euclid(2);
     let mut data = vec![0u8; crop_h * crop_w * 3];
     for oy in 0..crop_h {
         let sy = top + oy as i64;
@@ -738,4 +712,17 @@ pub fn center_crop(img: &RgbImage, crop_h: usize, crop_w: usize) -> RgbImage {
         height: crop_h,
         data,
     }
+}
+
+/// `transformers.image_transforms.center_crop` on a uint8 image.
+///
+/// The output is always `crop_h x crop_w`. transformers slices from `top = (H - crop_h) // 2`
+/// (floor); when the image is smaller than the crop it first pads it with zeros,
+/// `ceil((crop_h - H) / 2)` rows on top, which amounts to the same offset with the rows outside
+/// the image set to 0 (likewise for columns).
+pub fn center_crop(img: &RgbImage, crop_h: usize, crop_w: usize) -> RgbImage {
+    let (h, w) = (img.height as i64, img.width as i64);
+    let top = (h - crop_h as i64).div_euclid(2);
+    let left = (w - crop_w as i64).div_euclid(2);
+    crop_at(img, top, left, crop_h, crop_w)
 }
