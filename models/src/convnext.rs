@@ -35,8 +35,8 @@ use burn::prelude::*;
 use serde::Deserialize;
 
 use crate::nn::{
-    Activation, check_model_type, checkpoint_shapes, de_image_size, layer_norm, linear, to_dtype,
-    to_f32,
+    Activation, check_model_type, checkpoint_shapes, classification_layout, de_image_size,
+    feature_map_tokens as to_tokens, layer_norm, linear, to_dtype, to_f32,
 };
 use crate::{EncoderOutput, ForwardOptions, ModelError, ModelInfo, VisionEncoder, VisionReadout};
 
@@ -212,12 +212,6 @@ pub struct ConvNextModel {
     pub config: ConvNextConfig,
 }
 
-/// `[N, C, h, w]` → tokens `[N, h·w, C]`.
-fn to_tokens(x: Tensor<4>) -> Tensor<3> {
-    let [n, c, h, w] = x.dims();
-    x.reshape([n, c, h * w]).swap_dims(1, 2)
-}
-
 impl ConvNextModel {
     /// Builds the module tree for `config` (zero weights, unit norms and layer scales).
     ///
@@ -295,12 +289,13 @@ impl ConvNextModel {
         check_model_type(ckpt, &config.model_type, &[MODEL_TYPE])?;
         let shapes = checkpoint_shapes(ckpt)?;
         let mut opts = opts.clone();
-        if !shapes.keys().any(|k| k.starts_with("embeddings."))
-            && shapes.keys().any(|k| k.starts_with("convnext."))
-        {
-            opts.remap.push(("^convnext\\.".into(), String::new()));
-            opts.benign_unused.push("^classifier\\.".into());
-        }
+        classification_layout(
+            &shapes,
+            &mut opts,
+            "embeddings.",
+            "convnext.",
+            "^classifier\\.",
+        );
         opts.remap.push((
             r"\.downsampling_layer\.0\.".into(),
             ".downsampling_layer.norm.".into(),

@@ -44,7 +44,9 @@ use burn::prelude::*;
 /// `model_type` of an `IJepaModel` checkpoint.
 pub const MODEL_TYPE: &str = "ijepa";
 
-use crate::nn::{checkpoint_shapes, interpolate_pos_grid, mean_patch, to_dtype, to_f32};
+use crate::nn::{
+    checkpoint_shapes, classification_layout, interpolate_pos_grid, mean_patch, to_dtype, to_f32,
+};
 use crate::vit::{PatchEmbeddings, ViTConfig, ViTEncoder};
 use crate::{EncoderOutput, ForwardOptions, ModelError, ModelInfo, VisionEncoder, VisionReadout};
 
@@ -156,12 +158,13 @@ impl IJepaModel {
         let mut opts = opts.clone();
         // The classification layout: every encoder key under `ijepa.` (told apart by any of
         // them, so a missing key is still reported by its stored name).
-        if !shapes.keys().any(|k| k.starts_with("embeddings."))
-            && shapes.keys().any(|k| k.starts_with("ijepa."))
-        {
-            opts.remap.push(("^ijepa\\.".into(), String::new()));
-            opts.benign_unused.push("^classifier\\.".into());
-        }
+        classification_layout(
+            &shapes,
+            &mut opts,
+            "embeddings.",
+            "ijepa.",
+            "^classifier\\.",
+        );
         opts.benign_unused.push("^(ijepa\\.)?pooler\\.".into());
         let model = Self::new(
             &config,

@@ -458,6 +458,35 @@ pub fn checkpoint_shapes(ckpt: &Checkpoint) -> Result<BTreeMap<String, Vec<usize
     Ok(out)
 }
 
+/// A convolutional feature map as tokens, the way the studies read a ViT's patch tokens:
+/// `[N, C, h, w]` → `[N, h·w, C]`, row-major over `h, w`.
+pub fn feature_map_tokens(x: Tensor<4>) -> Tensor<3> {
+    let [n, c, h, w] = x.dims();
+    x.reshape([n, c, h * w]).swap_dims(1, 2)
+}
+
+/// Reads a `XForImageClassification` checkpoint as its backbone: when no key starts with
+/// `root` (`embeddings.`) and some start with `prefix` (`ijepa.`, `convnext.`), `prefix` is
+/// stripped from every key and the classification `head` (`^classifier\.`) ignored. Told
+/// apart by any prefixed key, so a missing key is still reported by its stored name.
+pub fn classification_layout(
+    shapes: &BTreeMap<String, Vec<usize>>,
+    opts: &mut LoadOptions,
+    root: &str,
+    prefix: &str,
+    head: &str,
+) {
+    if !shapes.keys().any(|k| k.starts_with(root)) && shapes.keys().any(|k| k.starts_with(prefix)) {
+        opts.remap
+            .push((format!("^{}", regex_escape(prefix)), String::new()));
+        opts.benign_unused.push(head.to_string());
+    }
+}
+
+fn regex_escape(s: &str) -> String {
+    s.replace('.', "\\.")
+}
+
 /// Reads a scalar (rank-0 or one-element) float tensor, e.g. CLIP's `logit_scale`, from the
 /// weight files; `None` when no file holds `key`.
 pub fn read_scalar(files: &[PathBuf], key: &str) -> Option<f32> {

@@ -49,7 +49,7 @@ use burn::tensor::module::max_pool2d;
 use burn::tensor::ops::MaxPoolOptions;
 use std::collections::BTreeMap;
 
-use crate::nn::{checkpoint_shapes, linear, to_dtype, to_f32};
+use crate::nn::{checkpoint_shapes, feature_map_tokens as to_tokens, linear, to_dtype, to_f32};
 use crate::{EncoderOutput, ForwardOptions, ModelError, ModelInfo, VisionEncoder, VisionReadout};
 
 /// The `model_type` of a torchvision ResNet of any depth and width (sizes read off the weights).
@@ -402,12 +402,6 @@ impl Block {
 
 fn relu(x: Tensor<4>) -> Tensor<4> {
     burn::tensor::activation::relu(x)
-}
-
-/// `[N, C, h, w]` → tokens `[N, h·w, C]`.
-fn to_tokens(x: Tensor<4>) -> Tensor<3> {
-    let [n, c, h, w] = x.dims();
-    x.reshape([n, c, h * w]).swap_dims(1, 2)
 }
 
 /// torchvision's `ResNet`, as a frozen feature extractor.
