@@ -1,4 +1,5 @@
-//! PyTorch pickle checkpoints (`.pth`, `.pt`, `.pth.tar`, `.bin`) read as a flat state dict.
+//! PyTorch pickle checkpoints (`.pth`, `.pt`, `.pth.tar`, `.ckpt`, `.bin`) read as a flat
+//! state dict.
 //!
 //! The self-supervised ResNet releases (Barlow Twins, VICReg, SwAV, SimCLR conversions) are
 //! `torch.save` pickles, not safetensors, and wrap their weights in two ways this module
@@ -7,8 +8,10 @@
 //!
 //! 1. **A nested state dict.** A training checkpoint (`{"epoch": …, "state_dict": {…},
 //!    "optimizer": {…}}`) keeps the weights under one top-level key. The first of
-//!    [`NESTED_KEYS`] that holds tensors is taken and every tensor outside it (optimizer
-//!    buffers, EMA copies) is left out.
+//!    [`NESTED_KEYS`] that the file's root maps to a dictionary holding tensors is taken, and
+//!    every tensor outside it (optimizer buffers, EMA copies) is left out. (A flat state dict
+//!    whose keys merely start with `model.` is not nested: its root maps `"model.conv.weight"`
+//!    to a tensor.)
 //! 2. **Wrapper prefixes.** `nn.DataParallel` / `DistributedDataParallel` save every key under
 //!    `module.`, self-supervised training code under `backbone.` or `encoder.`, PyTorch
 //!    Lightning's `.ckpt` under the attribute holding the network (`model.`). A leading

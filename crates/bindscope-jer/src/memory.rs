@@ -23,9 +23,10 @@
 //! ```
 //!
 //! On the CPU the device tensors live in host memory too, so everything is compared with the
-//! host's available memory ([`available_bytes`]: `MemAvailable`, or the cgroup's free memory
-//! when that is smaller, through the `sysinfo` crate); on a GPU only the host part is checked
-//! (a device that runs out of memory reports it as an error: [`bindscope_core::device`]).
+//! host's available memory ([`available_bytes`]: `MemAvailable`, or the cgroup's limit less
+//! its resident memory when that is smaller, through the `sysinfo` crate); on a GPU only the
+//! host part is checked (a device that runs out of memory reports it as an error:
+//! [`bindscope_core::device`]).
 
 use anyhow::{Result, bail};
 use bindscope_models::VisionEncoder;
@@ -101,13 +102,20 @@ pub fn render_bytes(side: usize, batch: usize) -> f64 {
     batch as f64 * m * (1.0 + F32)
 }
 
-/// The memory this process can still allocate, in bytes: the host's available memory, or
-/// the cgroup's free memory when that is smaller. `None` where the platform does not say.
+/// The memory this process can still allocate, in bytes: the host's available memory
+/// (`MemAvailable`, which counts reclaimable page cache), or the cgroup's limit less its
+/// resident memory when that is smaller. `None` where the platform does not say.
+///
+/// Not the cgroup's "free" memory (limit − usage): its usage counts the page cache, so after
+/// a build or a large read it reported 1.8 GB free on a 24 GB machine with 17 GB available,
+/// and refused runs that fit.
 pub fn available_bytes() -> Option<u64> {
     let mut sys = sysinfo::System::new();
     sys.refresh_memory();
     let host = sys.available_memory();
-    let cgroup = sys.cgroup_limits().map(|c| c.free_memory);
+    let cgroup = sys
+        .cgroup_limits()
+        .map(|c| c.total_memory.saturating_sub(c.rss));
     match (host, cgroup) {
         (0, None) => None,
         (0, Some(c)) => Some(c),
