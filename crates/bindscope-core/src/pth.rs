@@ -112,17 +112,28 @@ pub fn read_state_dict(path: &Path) -> Result<PthStateDict, LoadError> {
     let mut nested_key = None;
     let mut left_out = 0;
     // A flat state dict's keys hold their dots (`"model.conv.weight"` is one key), so a
-    // candidate is a nested state dict only if the file's root maps it to a dictionary.
-    let nested_root = |k: &str| {
-        matches!(
-            PytorchReader::read_pickle_data(path, None),
-            Ok(PickleValue::Dict(root)) if matches!(root.get(k), Some(PickleValue::Dict(_)))
-        )
+    // candidate is a nested state dict only if the file's root maps it to a dictionary. The
+    // root is parsed (again) only when some tensor name starts with a candidate.
+    let candidates: Vec<&str> = NESTED_KEYS
+        .iter()
+        .copied()
+        .filter(|k| {
+            let prefix = format!("{k}.");
+            tensors.iter().any(|t| t.name.starts_with(&prefix))
+        })
+        .collect();
+    let root_dicts: Vec<&str> = if candidates.is_empty() {
+        Vec::new()
+    } else {
+        match PytorchReader::read_pickle_data(path, None) {
+            Ok(PickleValue::Dict(root)) => candidates
+                .into_iter()
+                .filter(|k| matches!(root.get(*k), Some(PickleValue::Dict(_))))
+                .collect(),
+            _ => Vec::new(),
+        }
     };
-    if let Some(k) = NESTED_KEYS.iter().find(|k| {
-        let prefix = format!("{k}.");
-        tensors.iter().any(|t| t.name.starts_with(&prefix)) && nested_root(k)
-    }) {
+    if let Some(k) = root_dicts.first() {
         let prefix = format!("{k}.");
         let before = tensors.len();
         tensors.retain(|t| t.name.starts_with(&prefix));
