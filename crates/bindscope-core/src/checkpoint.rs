@@ -68,6 +68,16 @@ pub enum CheckpointError {
         /// What was wrong (serde's message names the field, line and column).
         message: String,
     },
+    /// `--arch` given for a checkpoint whose `config.json` names its architecture.
+    #[error(
+        "{}: --arch {arch} is for a PyTorch .pth/.pt file without config.json; this checkpoint's config.json names its architecture (model_type)", path.display()
+    )]
+    ArchWithConfig {
+        /// The checkpoint's `config.json`.
+        path: PathBuf,
+        /// The `--arch` given.
+        arch: String,
+    },
     /// Any other I/O failure.
     #[error("{path}: {source}")]
     Io {
@@ -202,19 +212,16 @@ impl Checkpoint {
     /// `config.json` takes one.
     ///
     /// # Errors
-    /// [`CheckpointError::BadJson`] naming `config.json` when the checkpoint has one (its
+    /// [`CheckpointError::ArchWithConfig`] when the checkpoint has a `config.json` (its
     /// `model_type` names the architecture).
     pub fn with_arch(mut self, arch: Option<&str>) -> Result<Self, CheckpointError> {
         let Some(arch) = arch else {
             return Ok(self);
         };
         if !self.is_pytorch_file() {
-            return Err(CheckpointError::BadJson {
+            return Err(CheckpointError::ArchWithConfig {
                 path: self.config.clone(),
-                message: format!(
-                    "--arch {arch} is for a PyTorch .pth/.pt file without config.json; this \
-                     checkpoint's config.json names its architecture (model_type)"
-                ),
+                arch: arch.to_string(),
             });
         }
         self.arch = Some(arch.to_string());
@@ -236,16 +243,16 @@ impl Checkpoint {
     /// directory without `config.json` holds no PyTorch pickle, or several).
     pub fn from_dir(spec: &str, dir: &Path) -> Result<Self, CheckpointError> {
         let config = dir.join("config.json");
+        let names = |files: &[PathBuf]| -> String {
+            files
+                .iter()
+                .filter_map(|p| p.file_name())
+                .map(|n| n.to_string_lossy().into_owned())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
         if !config.is_file() {
-            let mut pickles: Vec<PathBuf> = std::fs::read_dir(dir)
-                .map_err(|source| CheckpointError::Io {
-                    path: dir.to_path_buf(),
-                    source,
-                })?
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.is_file() && crate::pth::is_pytorch_file(p))
-                .collect();
-            pickles.sort();
+            let pickles = pickles_in(dir)?;
             return match pickles.as_slice() {
                 [one] => Ok(Self::pytorch_file(spec, one)),
                 [] => Err(CheckpointError::MissingFile {
@@ -257,11 +264,7 @@ impl Checkpoint {
                     file: format!(
                         "config.json (it holds {} PyTorch files, {}: pass one of them as --model)",
                         many.len(),
-                        many.iter()
-                            .filter_map(|p| p.file_name())
-                            .map(|n| n.to_string_lossy().into_owned())
-                            .collect::<Vec<_>>()
-                            .join(", ")
+                        names(many)
                     ),
                 }),
             };
@@ -285,19 +288,13 @@ impl Checkpoint {
         } else if dir.join(PYTORCH_WEIGHTS).is_file() {
             vec![dir.join(PYTORCH_WEIGHTS)]
         } else {
-            let pickles: Vec<String> = std::fs::read_dir(dir)
-                .into_iter()
-                .flatten()
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.is_file() && crate::pth::is_pytorch_file(p))
-                .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
-                .collect();
+            let pickles = pickles_in(dir)?;
             let hint = if pickles.is_empty() {
                 String::new()
             } else {
                 format!(
                     "; it holds {}: pass the file itself as --model to read it without config.json",
-                    pickles.join(", ")
+                    names(&pickles)
                 )
             };
             return Err(CheckpointError::MissingFile {
@@ -409,6 +406,20 @@ fn local_miss(path: &Path) -> String {
         Some(a) => format!("{} exists, {} does not", a.display(), path.display()),
         None => format!("{} does not exist", path.display()),
     }
+}
+
+/// The PyTorch pickles ([`crate::pth::is_pytorch_file`]) directly inside `dir`, sorted.
+fn pickles_in(dir: &Path) -> Result<Vec<PathBuf>, CheckpointError> {
+    let mut pickles: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|source| CheckpointError::Io {
+            path: dir.to_path_buf(),
+            source,
+        })?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_file() && crate::pth::is_pytorch_file(p))
+        .collect();
+    pickles.sort();
+    Ok(pickles)
 }
 
 fn hex(bytes: &[u8]) -> String {
