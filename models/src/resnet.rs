@@ -150,7 +150,8 @@ impl ResNetConfig {
             };
             out_channels[s] = conv_out(&format!("{stage}.0.{last}.weight"))?;
         }
-        let num_classes = shapes.get("fc.weight").map(|s| s[0]);
+        // A malformed `fc.weight` is left to the strict load to report with its shape.
+        let num_classes = shapes.get("fc.weight").and_then(|s| s.first().copied());
         Ok(Self {
             block,
             layers,
@@ -163,9 +164,10 @@ impl ResNetConfig {
 
     /// The named architecture of [`ARCHES`] this config is, if any.
     pub fn arch_name(&self) -> Option<&'static str> {
-        let (planes, expansion) = match self.block {
-            BlockKind::Basic => ([64, 128, 256, 512], 1),
-            BlockKind::Bottleneck => ([64, 128, 256, 512], 4),
+        let planes = [64, 128, 256, 512];
+        let expansion = match self.block {
+            BlockKind::Basic => 1,
+            BlockKind::Bottleneck => 4,
         };
         let standard = self.stem_width == 64
             && self.widths == planes
@@ -234,19 +236,9 @@ pub fn describe_keys(shapes: &BTreeMap<String, Vec<usize>>) -> String {
              {expected}"
         );
     }
-    let layout = if shapes.contains_key("patch_embed.proj.weight") {
-        " (this is timm's ViT layout: patch_embed, blocks.N)"
-    } else if shapes
-        .keys()
-        .any(|k| k.starts_with("embeddings.") || k.starts_with("encoder.layer."))
-    {
-        " (this is a transformers layout: embeddings, encoder.layer.N)"
-    } else if shapes.contains_key("stem.0.weight")
-        || shapes.contains_key("stages.0.blocks.0.conv_dw.weight")
-    {
-        " (this is a ConvNeXt layout)"
-    } else {
-        ""
+    let layout = match bindscope_core::load::layout_of(shapes.keys().map(String::as_str)) {
+        Some(l) => format!(" (this is {l})"),
+        None => String::new(),
     };
     format!(
         "{expected}; found {} keys such as {}{layout}",

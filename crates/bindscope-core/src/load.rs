@@ -119,11 +119,19 @@ fn format_mismatch(
     s
 }
 
-/// Marker keys of the layouts other libraries save vision models in, for [`layout_hints`].
+/// Marker keys of the layouts libraries save vision models in, for [`layout_of`].
 const LAYOUTS: &[(&str, &str)] = &[
     (
         "patch_embed.proj.weight",
-        "timm's layout (patch_embed.proj, blocks.N.attn.qkv), not the transformers layout",
+        "timm's ViT layout (patch_embed.proj, blocks.N.attn.qkv), not the transformers layout",
+    ),
+    (
+        "stem.0.weight",
+        "timm's ConvNeXt layout (stem.0, stages.N.blocks.M)",
+    ),
+    (
+        "embeddings.patch_embeddings.weight",
+        "the transformers ConvNeXt layout (embeddings.patch_embeddings, encoder.stages.N)",
     ),
     (
         "layer1.0.conv1.weight",
@@ -138,6 +146,18 @@ const LAYOUTS: &[(&str, &str)] = &[
         "the transformers CLIP / SigLIP layout (vision_model.embeddings.patch_embedding)",
     ),
 ];
+
+/// The layout of [`LAYOUTS`] a set of keys is in, told by its marker key (at the top level or
+/// under any prefix), in words; `None` when no marker is among them.
+pub fn layout_of<'a>(keys: impl Iterator<Item = &'a str> + Clone) -> Option<&'static str> {
+    LAYOUTS
+        .iter()
+        .find(|(marker, _)| {
+            keys.clone()
+                .any(|k| k == *marker || k.ends_with(&format!(".{marker}")))
+        })
+        .map(|(_, description)| *description)
+}
 
 /// Why the `missing` module keys (PyTorch naming) are not among the `stored` keys, when the
 /// stored keys say: most of them stored under one unknown prefix (`encoder_q.conv1.weight` for
@@ -173,28 +193,17 @@ fn layout_hints(
         ));
         return hints;
     }
-    let has = |keys: &BTreeSet<&str>, marker: &str| {
-        keys.iter()
-            .any(|k| *k == marker || k.ends_with(&format!(".{marker}")))
-    };
-    let found: Vec<&str> = LAYOUTS
-        .iter()
-        .filter(|(m, _)| has(stored, m))
-        .map(|(_, d)| *d)
-        .collect();
-    let wanted: Vec<&str> = LAYOUTS
-        .iter()
-        .filter(|(m, _)| has(expected, m))
-        .map(|(_, d)| *d)
-        .collect();
-    if let (Some(f), Some(w)) = (found.first(), wanted.first())
-        && f != w
-    {
-        hints.push(format!("the file is in {f}; this model reads {w}"));
-    } else if let (Some(f), None) = (found.first(), wanted.first()) {
-        hints.push(format!(
+    match (
+        layout_of(stored.iter().copied()),
+        layout_of(expected.iter().copied()),
+    ) {
+        (Some(f), Some(w)) if f != w => {
+            hints.push(format!("the file is in {f}; this model reads {w}"));
+        }
+        (Some(f), None) => hints.push(format!(
             "the file is in {f}, which this model does not read"
-        ));
+        )),
+        _ => {}
     }
     hints
 }
@@ -851,6 +860,40 @@ mod tests {
         )
         .unwrap();
         unremap(&remap, &remapper, name)
+    }
+
+    #[test]
+    fn layout_hints_name_an_unknown_prefix_or_another_layout() {
+        let set = |k: &[&'static str]| k.iter().copied().collect::<BTreeSet<&str>>();
+        // MoCo's query encoder: every missing key stored under `encoder_q.`.
+        let stored = set(&["encoder_q.conv1.weight", "encoder_q.bn1.weight", "queue"]);
+        let expected = set(&["conv1.weight", "bn1.weight", "layer1.0.conv1.weight"]);
+        let hints = layout_hints(&stored, &["conv1.weight", "bn1.weight"], &expected);
+        assert_eq!(hints.len(), 1);
+        assert!(
+            hints[0]
+                .starts_with("2 of the 2 missing keys are stored under the prefix 'encoder_q.'")
+                && hints[0].contains("(e.g. encoder_q.conv1.weight)"),
+            "{hints:?}"
+        );
+        // A timm ViT passed to a transformers ViT.
+        let stored = set(&["patch_embed.proj.weight", "blocks.0.attn.qkv.weight"]);
+        let expected = set(&["embeddings.patch_embeddings.projection.weight"]);
+        let hints = layout_hints(
+            &stored,
+            &["embeddings.patch_embeddings.projection.weight"],
+            &expected,
+        );
+        assert_eq!(
+            hints,
+            [format!(
+                "the file is in {}; this model reads {}",
+                LAYOUTS[0].1, LAYOUTS[4].1
+            )]
+        );
+        // Nothing to say: no missing key, or no layout recognised.
+        assert!(layout_hints(&stored, &[], &expected).is_empty());
+        assert!(layout_hints(&set(&["a.b"]), &["c"], &set(&["c"])).is_empty());
     }
 
     #[test]
