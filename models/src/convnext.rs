@@ -239,9 +239,11 @@ impl ConvNextModel {
         let stages = (0..s)
             .map(|i| {
                 let out = config.hidden_sizes[i];
-                let downsampling_layer = (i > 0 || prev != out).then(|| Downsampling {
+                // transformers: `in_channels != out_channels or stride > 1`, which holds for every
+                // stage but the first (stride 2, input = the previous stage's width).
+                let downsampling_layer = (i > 0).then(|| Downsampling {
                     norm: layer_norm(prev, INNER_LAYER_NORM_EPS, device),
-                    conv: conv(prev, out, 2, if i > 0 { 2 } else { 1 }, 1, 0, device),
+                    conv: conv(prev, out, 2, 2, 1, 0, device),
                 });
                 prev = out;
                 ConvNextStage {

@@ -478,13 +478,9 @@ pub fn classification_layout(
 ) {
     if !shapes.keys().any(|k| k.starts_with(root)) && shapes.keys().any(|k| k.starts_with(prefix)) {
         opts.remap
-            .push((format!("^{}", regex_escape(prefix)), String::new()));
+            .push((format!("^{}", regex::escape(prefix)), String::new()));
         opts.benign_unused.push(head.to_string());
     }
-}
-
-fn regex_escape(s: &str) -> String {
-    s.replace('.', "\\.")
 }
 
 /// Reads a scalar (rank-0 or one-element) float tensor, e.g. CLIP's `logit_scale`, from the
