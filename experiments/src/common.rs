@@ -20,7 +20,7 @@ pub struct ModelOpts {
     /// Architecture of a PyTorch .pth/.pt checkpoint without config.json (resnet50, resnet18,
     /// …, or resnet for any depth); checked against its weights. Without it the architecture
     /// is read off the keys.
-    #[arg(long)]
+    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(bindscope_models::registry::PICKLE_ARCHES))]
     pub arch: Option<String>,
 }
 

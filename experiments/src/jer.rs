@@ -52,7 +52,7 @@ pub struct JerArgs {
     depth: bool,
     /// Probe image size HxW (position embeddings are interpolated, as transformers does), or
     /// `native`: each model at its configured input size (518 for the DINOv2 Hub checkpoints,
-    /// 224 for the others). The paper does not state its probe size (App. D.4)
+    /// 224 for the others). The paper does not state its probe size (App. D.4).
     #[arg(long = "image-size", alias = "size", default_value = "224x224")]
     image_size: String,
     /// Run directory (with several models: the parent of one directory per model).
