@@ -96,14 +96,8 @@ fn registry_infers_the_layout_and_reports_torchvision_counts() {
     assert_eq!((info.model_type.as_str(), info.embed_dim), ("resnet", 128));
     // sum(p.numel() for p in model.parameters()) of the fixture's torchvision module:
     // BatchNorm running statistics are buffers, not parameters.
-    let total: usize = {
-        let r = bindscope_core::load::read_weight_shapes(&ckpt.weights[0]).unwrap();
-        r.iter()
-            .filter(|(k, _)| !k.contains("running_") && !k.ends_with("num_batches_tracked"))
-            .map(|(_, s)| s.iter().product::<usize>())
-            .sum()
-    };
-    assert_eq!(info.num_params, total);
+    let (_, torchvision) = Reference::open("resnet").i64("bottleneck.num_params");
+    assert_eq!(info.num_params as i64, torchvision[0]);
     // A directory holding the one pickle resolves to it too.
     let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
         .join(format!("bindscope-resnet-dir-{}", std::process::id()));
