@@ -2,9 +2,7 @@
 //! finite differences in float64, on the tiny ViT of `tests/fixtures/jer` (see
 //! `tests/fixtures/gen/jer.py`), plus their agreement in distribution and their error paths.
 
-#[path = "../models/tests/common/mod.rs"]
-mod common;
-
+use crate::common::Reference;
 use bindscope_core::{Checkpoint, LoadOptions};
 use bindscope_jer::probe::ProbeSpec;
 use bindscope_jer::sketch::{input_sketch, output_sketch};
@@ -13,10 +11,9 @@ use bindscope_models::vit::ViTModel;
 use bindscope_models::{VisionEncoder, VisionReadout};
 use burn::module::Module;
 use burn::prelude::*;
-use common::Reference;
 
 fn model(device: &Device) -> ViTModel {
-    let dir = common::fixture("jer");
+    let dir = crate::common::fixture("jer");
     let ckpt = Checkpoint::from_dir("jer", &dir).unwrap();
     ViTModel::load(&ckpt, device, &LoadOptions::default())
         .unwrap()
@@ -168,7 +165,7 @@ fn bad_directions_and_non_finite_jacobians_are_errors() {
 /// The tiny torchvision ResNet of `tests/fixtures/resnet` (bottleneck blocks, eval-mode
 /// BatchNorm), read from its `.pth.tar` training checkpoint.
 fn resnet(device: &Device) -> bindscope_models::resnet::ResNetModel {
-    let path = common::fixture("resnet").join("bottleneck.pth.tar");
+    let path = crate::common::fixture("resnet").join("bottleneck.pth.tar");
     let ckpt = Checkpoint::resolve(&path.display().to_string()).unwrap();
     bindscope_models::resnet::ResNetModel::load(&ckpt, device, &LoadOptions::default())
         .unwrap()

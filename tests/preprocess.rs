@@ -7,14 +7,11 @@
 //! - `pixel_values` must match to 1e-4 for every image x processor, which is far below one uint8
 //!   level after normalization (1 / 255 / std >= 0.015), i.e. the resize is uint8-exact.
 
-#[path = "../models/tests/common/mod.rs"]
-mod common;
-
+use crate::common::fixture;
 use bindscope_data::image::{
     Alpha, DecodeOptions, ImageError, ImageProcessor, ProcessorKind, ResizeTo, RgbImage,
     decode_file, exif_orientation, load_dir,
 };
-use common::fixture;
 use std::path::PathBuf;
 
 const FILES: [&str; 15] = [
@@ -65,7 +62,7 @@ fn stem(file: &str) -> &str {
     file.rsplit_once('.').unwrap().0
 }
 
-/// The reference tensors (uint8 ones are read here; f32 ones through `common::Reference`).
+/// The reference tensors (uint8 ones are read here; f32 ones through `crate::common::Reference`).
 struct Fixture {
     bytes: Vec<u8>,
 }
@@ -501,7 +498,7 @@ fn damaged_files_error_without_panicking() {
 }
 
 /// `p` on `tests/fixtures/resnet/preprocess/{a,b,c,d}.png` against `preprocess.{name}` of `r`.
-fn check_preprocess_images(p: &ImageProcessor, r: &common::Reference, tol: f32) {
+fn check_preprocess_images(p: &ImageProcessor, r: &crate::common::Reference, tol: f32) {
     for name in ["a", "b", "c", "d"] {
         let path = fixture("resnet")
             .join("preprocess")
@@ -526,7 +523,7 @@ fn check_preprocess_images(p: &ImageProcessor, r: &common::Reference, tol: f32) 
 /// where transformers' floor gives 3). Uint8-exact, so 1e-6.
 #[test]
 fn torchvision_imagenet_transform_matches_torchvision() {
-    let r = common::Reference::open("resnet");
+    let r = crate::common::Reference::open("resnet");
     let defaults = ImageProcessor::defaults(ProcessorKind::TorchvisionImageNet);
     assert_eq!(
         (defaults.size, defaults.crop_size),
@@ -560,7 +557,7 @@ fn pth_checkpoints_preprocess_like_torchvision() {
 /// `tests/fixtures/convnext`.
 #[test]
 fn convnext_processor_matches_transformers() {
-    let r = common::Reference::open("convnext");
+    let r = crate::common::Reference::open("convnext");
     let p =
         ImageProcessor::from_file(fixture("convnext").join("preprocessor_config.json")).unwrap();
     assert_eq!(p.kind, ProcessorKind::ConvNext);

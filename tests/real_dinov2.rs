@@ -10,9 +10,6 @@
 //! [`real_input`] (the same formula in both languages, so the 600 KB input is not stored; a
 //! corner of it and its per-channel means are, to check that the two agree).
 
-#[path = "../models/tests/common/mod.rs"]
-mod common;
-
 use bindscope_core::{Checkpoint, LoadOptions};
 use bindscope_models::dinov2::Dinov2Model;
 use bindscope_models::{ForwardOptions, VisionEncoder, VisionReadout};
@@ -58,8 +55,8 @@ fn real_dinov2_small_matches_transformers() {
         Checkpoint::from_dir("dinov2-small-imgfocus", &model_dir).unwrap_or_else(|e| panic!("{e}"));
     let model = Dinov2Model::load(&ckpt, &device, &LoadOptions::default())
         .unwrap_or_else(|e| panic!("{e}"));
-    let r = common::Reference::from_file(
-        &common::fixture("real").join("dinov2_small_imgfocus.safetensors"),
+    let r = crate::common::Reference::from_file(
+        &crate::common::fixture("real").join("dinov2_small_imgfocus.safetensors"),
         "real dinov2-small",
     );
 

@@ -10,13 +10,10 @@
 //! a scratch directory and read through the entry points every study uses
 //! (`Tokenizer::from_checkpoint`, `registry::load_text`).
 
-#[path = "../models/tests/common/mod.rs"]
-mod common;
-
+use crate::common::fixture;
 use bindscope_core::{Checkpoint, LoadOptions};
 use bindscope_data::text::Tokenizer;
 use bindscope_models::{ModelError, registry};
-use common::fixture;
 use std::path::Path;
 
 /// Max abs error against sentence-transformers (the project's parity tolerance).
@@ -125,7 +122,7 @@ fn checkpoint(dir: &Path) -> Checkpoint {
 /// Tokenizes and embeds the reference texts as `embed`, `saber` and `finetune` do and compares
 /// with the references `<name>.*`.
 fn check(dir: &Path, name: &str, reference: &Reference) {
-    let device = common::device();
+    let device = crate::common::device();
     let ckpt = checkpoint(dir);
     let texts = reference.texts();
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
@@ -219,7 +216,7 @@ fn the_readings_that_matter_change_the_numbers() {
 
 #[test]
 fn unsupported_pipelines_are_refused_by_every_reader() {
-    let device = common::device();
+    let device = crate::common::device();
     let dir = assemble(Some("mean_normalize"));
     std::fs::write(
         dir.path().join("modules.json"),

@@ -5,11 +5,8 @@
 //! real MiniLM and CLIP files) always run; cases on the real files run when
 //! `BINDSCOPE_REAL_MODELS=DIR` points at the output of `shared/tools/real-models.sh`.
 
-#[path = "../models/tests/common/mod.rs"]
-mod common;
-
+use crate::common::fixture;
 use bindscope_data::text::{Padding, TextError, TextFamily, TextPolicy, Tokenizer};
-use common::fixture;
 use serde_json::Value;
 use std::path::PathBuf;
 

@@ -6,11 +6,10 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-mod common;
-use common::root;
+use crate::common::root;
 
 fn scratch(name: &str) -> PathBuf {
-    let d = common::scratch("binding-cli", name);
+    let d = crate::common::scratch("binding-cli", name);
     std::fs::create_dir_all(&d).unwrap();
     d
 }
@@ -51,7 +50,7 @@ fn json(p: &Path) -> serde_json::Value {
 /// fixture's 4-px patches 3,137 tokens and one image an attention map of 157 MB, past the 128 MiB
 /// storage-buffer limit of Mesa's lavapipe where attention is materialised (wgpu).
 fn small_input_model(dir: &Path) -> PathBuf {
-    let m = common::fixture_copy("jer", &dir.join("model"));
+    let m = crate::common::fixture_copy("jer", &dir.join("model"));
     let processor = serde_json::json!({
         "image_processor_type": "ViTImageProcessor",
         "do_resize": true, "size": {"height": 32, "width": 32}, "resample": 2,

@@ -5,11 +5,10 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-mod common;
-use common::{fixture, root};
+use crate::common::{fixture, root};
 
 fn scratch(name: &str) -> PathBuf {
-    common::scratch("cli", name)
+    crate::common::scratch("cli", name)
 }
 
 fn run(args: &[&str]) -> Output {
@@ -202,7 +201,7 @@ fn info_describes_both_towers() {
 
 #[test]
 fn embed_images_to_jsonl_and_safetensors() {
-    let m = common::clip_with_processor(&scratch("embed-model"));
+    let m = crate::common::clip_with_processor(&scratch("embed-model"));
     let files = root().join("tests/fixtures/images/files");
     let (a, b) = (
         files.join("gray.png").display().to_string(),
@@ -287,7 +286,7 @@ fn jsonl_field(path: &Path, key: &str) -> Vec<serde_json::Value> {
 
 #[test]
 fn a_byte_order_mark_is_not_part_of_the_first_text() {
-    let m = common::bert_with_tokenizer(&scratch("bom-model"));
+    let m = crate::common::bert_with_tokenizer(&scratch("bom-model"));
     let out = scratch("bom");
     std::fs::create_dir_all(&out).unwrap();
     let (plain, bom) = (out.join("plain.txt"), out.join("bom.txt"));
@@ -493,7 +492,7 @@ fn degenerate_sizes_are_errors_not_empty_results() {
 
 /// A tiny ViT (patch 4) with a ViT preprocessor, in a scratch directory.
 fn tiny_vit_with_processor(dir: &Path) -> String {
-    common::fixture_with_processor("jer", "vit", dir)
+    crate::common::fixture_with_processor("jer", "vit", dir)
 }
 
 fn count_after(text: &str, prefix: &str) -> usize {
@@ -744,7 +743,7 @@ fn provenance_records_the_build_not_the_working_directory() {
         .env("GIT_CEILING_DIRECTORIES", std::env::temp_dir())
         .output()
         .expect("runs");
-    assert!(o.status.success(), "{}", common::text(&o));
+    assert!(o.status.success(), "{}", crate::common::text(&o));
     let config: serde_json::Value =
         serde_json::from_str(&read(&out.join("run/config.json"))).unwrap();
     for key in [

@@ -4,7 +4,7 @@
 //! the determinism promise; on a GPU backend they use the tolerances below.
 //!
 //! ```text
-//! BURN_DEVICE=wgpu cargo test -p experiments --features wgpu --test devices
+//! BURN_DEVICE=wgpu cargo test -p experiments --features wgpu --test integration devices::
 //! ```
 //!
 //! Tolerances on another backend, with what Mesa lavapipe (the software Vulkan driver CI runs)
@@ -17,11 +17,10 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-mod common;
-use common::{fixture, root, text};
+use crate::common::{fixture, root, text};
 
 fn scratch(name: &str) -> PathBuf {
-    common::scratch("dev", name)
+    crate::common::scratch("dev", name)
 }
 
 /// The device under test: `BURN_DEVICE`, or the CPU.
@@ -191,7 +190,7 @@ fn info_runs_on_the_device() {
 
 #[test]
 fn embed_images_and_texts_match_the_cpu() {
-    let m = common::clip_with_processor(&scratch("model"));
+    let m = crate::common::clip_with_processor(&scratch("model"));
     let files = root().join("tests/fixtures/images/files");
     let images: Vec<String> = ["gray.png", "rgba.png"]
         .iter()
@@ -214,7 +213,7 @@ fn embed_images_and_texts_match_the_cpu() {
 
     // Texts through the tiny BERT fixture (vocabulary of 99) with a word-level tokenizer
     // written here, whose ids stay inside that vocabulary.
-    let b = common::bert_with_tokenizer(&scratch("bert"));
+    let b = crate::common::bert_with_tokenizer(&scratch("bert"));
     let texts = out.join("texts.txt");
     std::fs::write(
         &texts,

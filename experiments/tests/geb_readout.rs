@@ -4,9 +4,7 @@
 //! evaluation writes every control's predictions and scores, and bad inputs are refused with
 //! the item named and nothing written.
 
-mod common;
-
-use common::{fixture, root, scratch, text};
+use crate::common::{fixture, root, scratch, text};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

@@ -7,11 +7,10 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-mod common;
-use common::{root, text};
+use crate::common::{root, text};
 
 fn scratch(name: &str) -> PathBuf {
-    common::scratch("geb", name)
+    crate::common::scratch("geb", name)
 }
 
 /// `geb score --predictions PREDS [--pair PAIR] --out OUT EXTRA…`.

@@ -5,9 +5,7 @@
 //! the tokenizer's template, sampling repeats with its seed, and bad input is refused with the
 //! reason, nothing on stdout.
 
-mod common;
-
-use common::{root, scratch, text};
+use crate::common::{root, scratch, text};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -310,7 +308,7 @@ fn bad_input_is_refused_with_the_reason_and_no_output() {
     refused(&run(&["--prompts", &s(&blank)]), "blank.txt:2: empty line");
     // No tokenizer.
     let bare = scratch("generate", "bare");
-    common::fixture_copy("llama", &bare);
+    crate::common::fixture_copy("llama", &bare);
     refused(
         &experiments(&["generate", "--model", &s(&bare), "--prompt", "w5"]),
         "tokenizer.json",

@@ -9,14 +9,12 @@
 //! left-padding mask transformers builds for a query block after the cache. Then the cache
 //! itself: decoding position by position gives what one causal pass over all positions gives.
 
-mod common;
-
+use crate::common::Reference;
 use bindscope_models::attention::{
     AttentionMask, KvCache, RopeScaling, RotaryEmbedding, dynamic_ntk_inv_freq, rope_from_config,
     rope_inv_freq, scaled_dot_product_attention,
 };
 use burn::prelude::*;
-use common::Reference;
 
 fn device() -> Device {
     bindscope_core::device::test_device()
@@ -202,7 +200,7 @@ fn dynamic_cos_sin_regrow_past_the_original_length_as_transformers() {
     // The long call must not pass with the default frequencies.
     let plain = RotaryEmbedding::new(16, 10000.0, &RopeScaling::Default);
     let (cos, _) = plain.cos_sin(r.int_tensor::<2>("dynamic.long.position_ids", &device()));
-    let diff = common::max_abs_diff(cos, r.tensor("dynamic.long.cos", &device()));
+    let diff = crate::common::max_abs_diff(cos, r.tensor("dynamic.long.cos", &device()));
     assert!(diff > 1e-2, "default frequencies came within {diff:e}");
 }
 
@@ -216,7 +214,7 @@ fn yarn_cos_sin_are_scaled_as_transformers() {
 }
 
 fn rope_configs() -> serde_json::Map<String, serde_json::Value> {
-    let path = common::fixture("attention").join("rope_configs.json");
+    let path = crate::common::fixture("attention").join("rope_configs.json");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
     match serde_json::from_str(&text).expect("rope_configs.json is JSON") {
         serde_json::Value::Object(m) => m,

@@ -18,8 +18,6 @@
 //! `ChatTemplate::from_dir` as well and must give the same renderings; without it that test
 //! prints a note and returns.
 
-mod common;
-
 use bindscope_models::generate::chat::{ChatError, ChatMessage, ChatTemplate, RenderOptions};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -68,7 +66,7 @@ struct Probes {
 }
 
 fn chat_fixture(file: &str) -> PathBuf {
-    common::fixture("chat").join(file)
+    crate::common::fixture("chat").join(file)
 }
 
 fn load<T: serde::de::DeserializeOwned>(file: &str) -> T {

@@ -16,8 +16,7 @@
 //! weights would pass too, which is why the dtype the model holds is checked separately; one
 //! that mixes dtypes panics, and one that computes garbage is off by O(1).
 
-mod common;
-
+use crate::common::{Reference, checkpoint, device, fixture};
 use bindscope_core::LoadOptions;
 use bindscope_models::bert::BertModel;
 use bindscope_models::clip::ClipModel;
@@ -29,7 +28,6 @@ use bindscope_models::vit_mae::ViTMAEModel;
 use bindscope_models::{ForwardOptions, TextEncoder, VisionEncoder, VisionReadout};
 use burn::prelude::*;
 use burn::tensor::{DType, bf16, f16};
-use common::{Reference, checkpoint, device, fixture};
 
 /// The two half-precision dtypes `keep_dtype` is for.
 const HALF: [DType; 2] = [DType::F16, DType::BF16];

@@ -4,8 +4,6 @@
 //! torch versions, and the transformers version is within the pinned range. A regenerated
 //! fixture from another transformers major, or a reference without its versions, fails here.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 
 /// `(lower bound, exclusive upper bound)` of `transformers>=A.B,<C` in requirements.txt, as
@@ -73,7 +71,7 @@ fn reference_dirs(dir: &Path, out: &mut Vec<PathBuf>) {
 
 #[test]
 fn every_reference_records_the_pinned_transformers() {
-    let root = common::fixture("");
+    let root = crate::common::fixture("");
     let (lower, upper) = pinned_transformers(&root);
     assert!(lower < upper, "requirements.txt: empty transformers range");
     let mut dirs = Vec::new();

@@ -9,12 +9,10 @@
 //! stored name. The `config.json` of every class names the `model_type` the registry dispatches
 //! on, also for the classes whose layout did not change (their fixtures are the parity ones).
 
-mod common;
-
+use crate::common::{Reference, checkpoint, device, fixture};
 use bindscope_core::{Checkpoint, LoadOptions};
 use bindscope_models::clip::{self, ClipTextModel, ClipVisionModel, TowerLayout};
 use bindscope_models::{ForwardOptions, ModelError, VisionReadout, registry, siglip};
-use common::{Reference, checkpoint, device, fixture};
 use std::path::{Path, PathBuf};
 
 const TOL: f32 = 1e-4;

@@ -4,13 +4,11 @@
 //! file's layout (`[out, in]` for a Linear weight) and dtypes in words — not burn's module paths
 //! (`layernorm.gamma`), burn's transposed Linear layout or Rust debug output.
 
-mod common;
-
+use crate::common::{checkpoint, device, fixture};
 use bindscope_core::LoadOptions;
 use bindscope_models::bert::BertModel;
 use bindscope_models::dinov2::Dinov2Model;
 use bindscope_models::registry::load_vision;
-use common::{checkpoint, device, fixture};
 use safetensors::Dtype;
 use std::path::Path;
 

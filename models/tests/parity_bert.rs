@@ -3,12 +3,10 @@
 //! sentence-transformers sentence embedding within 1e-4; the `BertForMaskedLM` layout
 //! (`bert.` prefix, `cls.*` head, no pooler); strict-loading and config errors.
 
-mod common;
-
+use crate::common::{Reference, checkpoint, device, fixture, scratch_config};
 use bindscope_core::LoadOptions;
 use bindscope_models::bert::{BertModel, TASK_HEADS};
 use bindscope_models::{ForwardOptions, ModelError, TextEncoder};
-use common::{Reference, checkpoint, device, fixture, scratch_config};
 
 const TOL: f32 = 1e-4;
 

@@ -5,13 +5,11 @@
 //! config (legacy `eos_token_id == 2` → argmax of ids, otherwise first eos id), on a fixture where
 //! the two rules disagree; per-tower loading; strict-loading and config errors.
 
-mod common;
-
+use crate::common::{Reference, checkpoint, device, fixture, max_abs_diff, scratch};
 use bindscope_core::LoadOptions;
 use bindscope_models::clip::{ClipModel, ClipTextModel, ClipVisionModel, EosPooling};
 use bindscope_models::{ForwardOptions, ModelError, TextEncoder, VisionEncoder, VisionReadout};
 use burn::prelude::*;
-use common::{Reference, checkpoint, device, fixture, max_abs_diff, scratch};
 use std::path::Path;
 
 const TOL: f32 = 1e-4;

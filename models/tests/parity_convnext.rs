@@ -3,12 +3,10 @@
 //! the pooled output to 1e-4 max abs error, at 64×64 and at 72×88; the backbone of a
 //! `ConvNextForImageClassification` checkpoint; blocks without layer scale.
 
-mod common;
-
+use crate::common::{Reference, checkpoint, device, fixture, scratch};
 use bindscope_core::LoadOptions;
 use bindscope_models::convnext::ConvNextModel;
 use bindscope_models::{ForwardOptions, VisionEncoder, VisionReadout, registry};
-use common::{Reference, checkpoint, device, fixture, scratch};
 
 const TOL: f32 = 1e-4;
 

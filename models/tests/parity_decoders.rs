@@ -14,14 +14,12 @@
 //! batched `generate` and each prompt generated alone; a sharded checkpoint (index + two shards)
 //! loads to the same model; bad inputs and configs are refused naming what is wrong.
 
-mod common;
-
+use crate::common::{Reference, checkpoint, device, fixture};
 use bindscope_core::LoadOptions;
 use bindscope_models::attention::KvCache;
 use bindscope_models::generate::{GenerateOptions, GenerationDefaults, generate};
 use bindscope_models::{CausalLm, ForwardOptions, LmInput, registry};
 use burn::prelude::*;
-use common::{Reference, checkpoint, device, fixture};
 
 const FIXTURES: &[&str] = &[
     "llama",
@@ -356,7 +354,7 @@ fn bad_inputs_are_refused_with_the_reason() {
 #[test]
 fn unknown_model_types_and_rope_types_are_named() {
     let dev = device();
-    let dir = common::scratch_config("llama", "longrope", |c| {
+    let dir = crate::common::scratch_config("llama", "longrope", |c| {
         c["rope_parameters"] = serde_json::json!({"rope_type": "longrope", "rope_theta": 10000.0});
     });
     let e = registry::load_causal_lm(&checkpoint(&dir), &dev, &LoadOptions::default())
@@ -364,7 +362,7 @@ fn unknown_model_types_and_rope_types_are_named() {
         .unwrap()
         .to_string();
     assert!(e.contains("longrope") && e.contains("config.json"), "{e}");
-    let dir = common::scratch_config("llama", "mistral", |c| {
+    let dir = crate::common::scratch_config("llama", "mistral", |c| {
         c["model_type"] = serde_json::json!("mistral");
     });
     let e = registry::load_causal_lm(&checkpoint(&dir), &dev, &LoadOptions::default())
@@ -375,7 +373,7 @@ fn unknown_model_types_and_rope_types_are_named() {
         e.contains("'mistral'") && e.contains("llama, qwen2, qwen3"),
         "{e}"
     );
-    let dir = common::scratch_config("qwen2", "sliding", |c| {
+    let dir = crate::common::scratch_config("qwen2", "sliding", |c| {
         c["use_sliding_window"] = serde_json::json!(true);
     });
     let e = registry::load_causal_lm(&checkpoint(&dir), &dev, &LoadOptions::default())
@@ -388,7 +386,7 @@ fn unknown_model_types_and_rope_types_are_named() {
 #[test]
 fn missing_and_unexpected_keys_are_listed_under_the_checkpoint_names() {
     let dev = device();
-    let dir = common::scratch(
+    let dir = crate::common::scratch(
         "llama",
         "missing",
         |_| {},

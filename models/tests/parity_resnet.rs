@@ -7,13 +7,11 @@
 //! convolutions' and the max pool's rounding). Then the bad inputs: a missing key, an unknown
 //! prefix, a pickle without tensors, a root that is no dictionary, `--arch` disagreeing.
 
-mod common;
-
+use crate::common::{Reference, device, fixture};
 use bindscope_core::{Checkpoint, LoadOptions};
 use bindscope_models::resnet::{BlockKind, ResNetModel};
 use bindscope_models::{ForwardOptions, VisionEncoder, VisionReadout, registry};
 use burn::prelude::*;
-use common::{Reference, device, fixture};
 
 const TOL: f32 = 1e-4;
 
@@ -141,7 +139,7 @@ fn batch_rows_are_independent_under_autodiff() {
             .slice([0..1, 0..3, 0..64, 0..64]),
         VisionReadout::Pooled,
     );
-    let diff = common::max_abs_diff(alone, e.slice([0..1, 0..d]));
+    let diff = crate::common::max_abs_diff(alone, e.slice([0..1, 0..d]));
     assert!(diff <= 1e-6, "image 0 alone vs in a batch: {diff}");
 }
 

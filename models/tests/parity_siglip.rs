@@ -6,12 +6,10 @@
 //! bicubic position interpolation; per-tower loading; `logit_scale` / `logit_bias`; strict
 //! loading and config errors.
 
-mod common;
-
+use crate::common::{Reference, checkpoint, device, fixture, max_abs_diff, scratch};
 use bindscope_core::LoadOptions;
 use bindscope_models::siglip::{SiglipModel, SiglipTextModel, SiglipVisionModel};
 use bindscope_models::{ForwardOptions, ModelError, TextEncoder, VisionEncoder, VisionReadout};
-use common::{Reference, checkpoint, device, fixture, max_abs_diff, scratch};
 use std::path::Path;
 
 const TOL: f32 = 1e-4;

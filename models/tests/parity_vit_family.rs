@@ -6,8 +6,9 @@
 //! PyTorch reference to 1e-4 max abs error on the CPU device, at the configured input size and
 //! at a non-square size that exercises the bicubic position-embedding resampling.
 
-mod common;
-
+use crate::common::{
+    Reference, checkpoint, device, fixture, max_abs_diff, scratch, scratch_config,
+};
 use bindscope_core::{Checkpoint, LoadOptions};
 use bindscope_models::dinov2::Dinov2Model;
 use bindscope_models::ijepa::IJepaModel;
@@ -15,7 +16,6 @@ use bindscope_models::vit::ViTModel;
 use bindscope_models::vit_mae::ViTMAEModel;
 use bindscope_models::{ForwardOptions, ModelError, VisionEncoder, VisionReadout, registry};
 use burn::prelude::*;
-use common::{Reference, checkpoint, device, fixture, max_abs_diff, scratch, scratch_config};
 
 const TOL: f32 = 1e-4;
 

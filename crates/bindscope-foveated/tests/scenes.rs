@@ -2,7 +2,8 @@
 //! nuisance rules, determinism.
 //!
 //! Golden images live in `tests/fixtures/foveated/`; regenerate them (after an intended
-//! change of the generator) with `BINDSCOPE_BLESS=1 cargo test -p bindscope-foveated --test scenes`.
+//! change of the generator) with
+//! `BINDSCOPE_BLESS=1 cargo test -p bindscope-foveated --test integration scenes::`.
 
 use bindscope_foveated::csb::{self, CsbConfig};
 use bindscope_foveated::csd::CsdConfig;

@@ -11,8 +11,6 @@
 //! Set `BINDSCOPE_REAL_MODELS=DIR` (the output of `shared/tools/real-models.sh`); without it the
 //! test prints a note and returns.
 
-mod common;
-
 use bindscope_data::lm::LmTokenizer;
 use bindscope_geb::readout::chat::{ChatFormat, Mode};
 use bindscope_geb::readout::conversation::read_llava;
@@ -50,8 +48,8 @@ fn smollm2_ids_and_assistant_masks_match_transformers() {
         u64::from(fmt.embed_pad_id()),
         reference["embed_pad_id"].as_u64().unwrap()
     );
-    let got = common::sequences(&fmt, &convs);
-    common::check_instances(&fmt, &got, reference["instances"].as_array().unwrap());
+    let got = crate::common::sequences(&fmt, &convs);
+    crate::common::check_instances(&fmt, &got, reference["instances"].as_array().unwrap());
     let vo = got
         .iter()
         .filter(|(m, _, _)| *m == Mode::VisualOnly)

@@ -4,8 +4,6 @@
 //! `{% generation %}` markers), the adapter's output, the logits and loss with the embeddings
 //! injected through `inputs_embeds`, the gradients, and one AdamW step.
 
-mod common;
-
 use bindscope_core::train::AdamW;
 use bindscope_core::{Checkpoint, LoadOptions};
 use bindscope_data::lm::LmTokenizer;
@@ -75,7 +73,7 @@ fn reference_json() -> Value {
 
 /// Every sequence of the fixture's conversations, in the generator's order.
 fn sequences(fmt: &ChatFormat) -> Vec<(Mode, usize, Sequence)> {
-    common::sequences(fmt, &read_llava(&dir().join("train.json")).unwrap())
+    crate::common::sequences(fmt, &read_llava(&dir().join("train.json")).unwrap())
 }
 
 #[test]
@@ -87,7 +85,7 @@ fn ids_and_assistant_masks_match_transformers() {
         r["embed_pad_id"].as_u64().unwrap()
     );
     let supervised =
-        common::check_instances(&fmt, &sequences(&fmt), r["instances"].as_array().unwrap());
+        crate::common::check_instances(&fmt, &sequences(&fmt), r["instances"].as_array().unwrap());
     assert!(supervised > 40, "{supervised} supervised tokens");
 }
 

@@ -4,9 +4,6 @@
 //! (`checks_plots`), the Hub path, provenance and progress (`hub`), and the checkpoint layouts
 //! transformers 4 and 5 write (`layouts`).
 
-#[path = "../common/mod.rs"]
-mod common;
-
 mod checks_plots;
 mod dtype;
 mod hub;
