@@ -9,7 +9,7 @@
 
 use crate::common::fixture;
 use bindscope_data::image::{
-    Alpha, DecodeOptions, ImageError, ImageProcessor, ProcessorKind, ResizeTo, RgbImage,
+    Alpha, DecodeOptions, Filter, ImageError, ImageProcessor, ProcessorKind, ResizeTo, RgbImage,
     decode_file, exif_orientation, load_dir,
 };
 use std::path::PathBuf;
@@ -539,6 +539,34 @@ fn torchvision_imagenet_transform_matches_torchvision() {
     check_preprocess_images(&p, &r, 1e-6);
 }
 
+/// A timm repository has no `preprocessor_config.json`: its `config.json`'s `pretrained_cfg`
+/// gives timm's evaluation transform (timm 1.0.31's `resolve_data_config` + `create_transform`
+/// on PIL images: short side to floor(32 / 0.9) = 35 bicubic, center crop 32, ImageNet
+/// mean / std), fixture `tests/fixtures/beit/timm_beitv2`. Uint8-exact resize, so 1e-6.
+#[test]
+fn timm_checkpoints_preprocess_like_timm() {
+    let r = crate::common::Reference::open("beit/timm_beitv2");
+    let ckpt =
+        bindscope_core::Checkpoint::resolve(&fixture("beit/timm_beitv2").display().to_string())
+            .unwrap();
+    let p = ImageProcessor::for_checkpoint(&ckpt).unwrap();
+    assert_eq!(
+        (p.kind, p.size, p.crop_size, p.resample),
+        (
+            ProcessorKind::TorchvisionImageNet,
+            ResizeTo::ShortestEdge(35),
+            (32, 32),
+            Filter::Bicubic
+        )
+    );
+    check_preprocess_images(&p, &r, 1e-6);
+    let squash = serde_json::json!({"pretrained_cfg": {"crop_mode": "squash"}});
+    let err = ImageProcessor::from_timm_config(&squash)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("crop_mode 'squash'"), "{err}");
+}
+
 /// A `.pth` checkpoint has no `preprocessor_config.json`: it is preprocessed with torchvision's
 /// ImageNet transform.
 #[test]
@@ -549,6 +577,46 @@ fn pth_checkpoints_preprocess_like_torchvision() {
     assert_eq!(
         p,
         ImageProcessor::defaults(ProcessorKind::TorchvisionImageNet)
+    );
+}
+
+/// `BeitImageProcessor` (transformers 5.24's PIL backend): an integer `size` is a square
+/// (28 × 28, bicubic), then the center 24 × 24 crop, mean / std 0.5; fixture
+/// `tests/fixtures/beit`. The Hub's `-pt22k` config (`BeitFeatureExtractor`, size 224, no crop)
+/// reads to a plain 224 × 224 resize.
+#[test]
+fn beit_processor_matches_transformers() {
+    let r = crate::common::Reference::open("beit");
+    let p = ImageProcessor::from_file(fixture("beit").join("preprocessor_config.json")).unwrap();
+    assert_eq!(p.kind, ProcessorKind::Beit);
+    assert_eq!(
+        (p.size, p.do_center_crop, p.crop_size),
+        (
+            ResizeTo::Exact {
+                height: 28,
+                width: 28
+            },
+            true,
+            (24, 24)
+        )
+    );
+    check_preprocess_images(&p, &r, 1e-4);
+    let hub: serde_json::Value = serde_json::json!({
+        "feature_extractor_type": "BeitFeatureExtractor", "size": 224, "crop_size": 224,
+        "do_center_crop": false, "resample": 2, "image_mean": [0.5, 0.5, 0.5],
+        "image_std": [0.5, 0.5, 0.5]
+    });
+    let p = ImageProcessor::from_json(&hub, None).unwrap();
+    assert_eq!(
+        (p.size, p.do_center_crop, p.resample),
+        (
+            ResizeTo::Exact {
+                height: 224,
+                width: 224
+            },
+            false,
+            Filter::Bilinear
+        )
     );
 }
 

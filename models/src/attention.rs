@@ -39,6 +39,10 @@ pub enum AttentionMask {
     Padding(Tensor<2, Int>),
     /// Causal and padding together.
     CausalPadding(Tensor<2, Int>),
+    /// An additive bias on the scaled scores, `[1 or N, H, T_q, T_k]` (BEiT's relative
+    /// position bias; transformers passes it as the `attention_mask` of
+    /// `eager_attention_forward`). Cast to the scores' dtype.
+    Bias(Tensor<4>),
 }
 
 /// Splits `[N, T, H·Dh]` into `[N, H, T, Dh]`.
@@ -77,7 +81,8 @@ fn finite_min(dtype: DType) -> f32 {
 }
 
 /// The additive bias `[N or 1, 1, T_q, T_k]` of `mask` in `dtype` (`None` for
-/// [`AttentionMask::None`]); masked positions get [`finite_min`] of `dtype`.
+/// [`AttentionMask::None`]; `[1 or N, H, T_q, T_k]` for [`AttentionMask::Bias`]); masked
+/// positions get [`finite_min`] of `dtype`.
 fn additive_bias(
     mask: &AttentionMask,
     [n, tq, tk]: [usize; 3],
@@ -105,6 +110,7 @@ fn additive_bias(
         AttentionMask::CausalPadding(m) => causal()
             .expand([n, 1, tq, tk])
             .min_pair(padding(m).expand([n, 1, tq, tk])),
+        AttentionMask::Bias(b) => b.clone(),
     };
     Some(to_dtype(bias, dtype))
 }

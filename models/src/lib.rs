@@ -13,6 +13,7 @@
 //! | [`vit`] | generic ViT (DINO v1 checkpoints) | `ViTModel` |
 //! | [`vit_mae`] | ViT-MAE encoder, masking off | `ViTMAEModel` |
 //! | [`ijepa`] | I-JEPA context encoder, mean-pooled | `IJepaModel` |
+//! | [`beit`] | BEiT: relative position bias, layer scale, mean pooling | `BeitModel` |
 //! | [`convnext`] | ConvNeXt, layernormed global average | `ConvNextModel` |
 //! | [`resnet`] | ResNet-18 … 152, BatchNorm in eval mode, global average pool | torchvision `ResNet` |
 //! | [`bert`] | BERT encoder, sentence-transformers mean pooling | `BertModel` |
@@ -30,6 +31,7 @@
 //! grouped-query attention, rotary embeddings, KV cache).
 
 pub mod attention;
+pub mod beit;
 pub mod bert;
 pub mod clip;
 pub mod convnext;

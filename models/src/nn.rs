@@ -379,6 +379,21 @@ pub fn model_type(ckpt: &Checkpoint) -> Result<String, ModelError> {
             });
     }
     let v = ckpt.config_json()?;
+    // A timm repository's config.json names the timm model instead (`architecture`).
+    if v.get("model_type").is_none()
+        && let Some(arch) = v.get("architecture").and_then(|a| a.as_str())
+    {
+        return crate::beit::timm_model_type(arch)
+            .map(str::to_string)
+            .ok_or_else(|| ModelError::Unsupported {
+                file: ckpt.config.display().to_string(),
+                message: format!(
+                    "a timm checkpoint ('{arch}'): bindscope reads timm's layout for the models \
+                     named {}*",
+                    crate::beit::TIMM_ARCHITECTURES.join("*, ")
+                ),
+            });
+    }
     v.get("model_type")
         .and_then(|m| m.as_str())
         .map(str::to_string)

@@ -13,6 +13,7 @@
 //! | `vit` | `ViTModel` | [`crate::vit::ViTModel`] | — |
 //! | `vit_mae` | `ViTMAEModel` | [`crate::vit_mae::ViTMAEModel`] | — |
 //! | `ijepa` | `IJepaModel` | [`crate::ijepa::IJepaModel`] | — |
+//! | `beit` | `BeitModel` (also the encoder of `BeitForMaskedImageModeling`, `BeitForImageClassification`) | [`crate::beit::BeitModel`] | — |
 //! | `convnext` | `ConvNextModel` | [`crate::convnext::ConvNextModel`] | — |
 //! | `resnet`, `resnet18` … `resnet152` | torchvision `ResNet` (a `.pth` without `config.json`: `--arch`, or inferred from its keys) | [`crate::resnet::ResNetModel`] | — |
 //! | `bert` | `BertModel` | — | [`crate::bert::BertModel`] |
@@ -42,7 +43,7 @@
 
 use crate::{CausalLm, ModelError, ModelInfo, TextEncoder, VisionEncoder};
 use crate::{
-    bert, clip, convnext, dinov2, ijepa, llama, qwen2, qwen3, resnet, siglip, vit, vit_mae,
+    beit, bert, clip, convnext, dinov2, ijepa, llama, qwen2, qwen3, resnet, siglip, vit, vit_mae,
 };
 use bindscope_core::{Checkpoint, LoadOptions};
 use burn::module::Module;
@@ -177,6 +178,13 @@ pub const ARCHITECTURES: &[Architecture] = &[
         model_types: &[ijepa::MODEL_TYPE],
         hf_class: "IJepaModel",
         vision: Some(|c, d, o| boxed_vision(ijepa::IJepaModel::load(c, d, o), d)),
+        text: None,
+        causal_lm: None,
+    },
+    Architecture {
+        model_types: &[beit::MODEL_TYPE],
+        hf_class: "BeitModel",
+        vision: Some(|c, d, o| boxed_vision(beit::BeitModel::load(c, d, o), d)),
         text: None,
         causal_lm: None,
     },

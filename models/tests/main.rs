@@ -12,6 +12,7 @@ mod dtype_keep;
 mod fixture_meta;
 mod hf5_layouts;
 mod load_errors;
+mod parity_beit;
 mod parity_bert;
 mod parity_clip;
 mod parity_convnext;

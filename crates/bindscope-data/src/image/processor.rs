@@ -1,6 +1,7 @@
 //! `preprocessor_config.json` → `pixel_values`, as the transformers image processors compute
 //! them on their PIL backend (`CLIPImageProcessorPil`, `SiglipImageProcessorPil`,
-//! `BitImageProcessorPil`, `ViTImageProcessorPil`, `ConvNextImageProcessorPil` of transformers
+//! `BitImageProcessorPil`, `ViTImageProcessorPil`, `ConvNextImageProcessorPil`,
+//! `BeitImageProcessorPil` of transformers
 //! 5.x, what `AutoImageProcessor.from_pretrained(dir, backend="pil")` returns; the same numbers
 //! as 4.x's slow processors, `use_fast=False`), and torchvision's ImageNet evaluation transform
 //! for PyTorch releases without a processor config ([`ProcessorKind::TorchvisionImageNet`]).
@@ -66,6 +67,9 @@ pub enum ProcessorKind {
     /// equivalent resize and crop (the fields of [`ImageProcessor`]). Default bicubic, mean /
     /// std 0.5.
     ConvNext,
+    /// `BeitImageProcessor` (BEiT): resize to `{height, width}` (an integer `size` is a square;
+    /// default bicubic 224), optional center crop (default off, 224), mean / std 0.5.
+    Beit,
     /// torchvision's ImageNet evaluation transform on a PIL image, for checkpoints that come
     /// without a processor config (a `.pth` release): `Resize(256)` (short side, Pillow
     /// bilinear), `CenterCrop(224)` (offsets `int(round((H - h) / 2))`, Python's half-to-even
@@ -91,12 +95,13 @@ impl ProcessorKind {
             "BitImageProcessor" => Self::Bit,
             "ViTImageProcessor" | "ViTFeatureExtractor" => Self::Vit,
             "ConvNextImageProcessor" | "ConvNextFeatureExtractor" => Self::ConvNext,
+            "BeitImageProcessor" | "BeitFeatureExtractor" => Self::Beit,
             _ => {
                 return Err(ImageError::Config {
                     path: None,
                     message: format!(
                         "image processor '{name}' is not supported (CLIPImageProcessor, SiglipImageProcessor, \
-                         BitImageProcessor, ViTImageProcessor, ConvNextImageProcessor)"
+                         BitImageProcessor, ViTImageProcessor, ConvNextImageProcessor, BeitImageProcessor)"
                     ),
                 });
             }
@@ -229,6 +234,16 @@ impl ImageProcessor {
                 IMAGENET_STANDARD,
                 IMAGENET_STANDARD,
             ),
+            ProcessorKind::Beit => (
+                ResizeTo::Exact {
+                    height: 224,
+                    width: 224,
+                },
+                Filter::Bicubic,
+                false,
+                IMAGENET_STANDARD,
+                IMAGENET_STANDARD,
+            ),
             ProcessorKind::TorchvisionImageNet => (
                 ResizeTo::ShortestEdge(256),
                 Filter::Bilinear,
@@ -286,6 +301,23 @@ impl ImageProcessor {
     pub fn for_checkpoint(ckpt: &bindscope_core::Checkpoint) -> Result<Self, ImageError> {
         match &ckpt.preprocessor_config {
             Some(p) => Self::from_file(p),
+            // A timm repository: its `config.json` carries the evaluation transform.
+            None if !ckpt.is_pytorch_file()
+                && ckpt
+                    .config_json()
+                    .is_ok_and(|v| v.get("pretrained_cfg").is_some()) =>
+            {
+                let v = ckpt
+                    .config_json()
+                    .map_err(|e| cfg_err(None, e.to_string()))?;
+                Self::from_timm_config(&v).map_err(|e| match e {
+                    ImageError::Config {
+                        path: None,
+                        message,
+                    } => cfg_err(Some(&ckpt.config), message),
+                    e => e,
+                })
+            }
             // A bare PyTorch release: the transform its authors evaluate with.
             None if ckpt.is_pytorch_file() => {
                 Ok(Self::defaults(ProcessorKind::TorchvisionImageNet))
@@ -295,6 +327,106 @@ impl ImageProcessor {
                 format!("{} has no preprocessor_config.json", ckpt.dir().display()),
             )),
         }
+    }
+
+    /// timm's evaluation transform (`timm.data.resolve_data_config` + `create_transform`, timm
+    /// 1.0) from the `pretrained_cfg` of a timm `config.json`: with `crop_mode` `center` (the
+    /// default) and `crop_pct` (default 0.875), resize to `floor(side / crop_pct)` — the short
+    /// side for a square `input_size`, both sides otherwise — with the `interpolation` filter
+    /// (default bicubic) on the PIL image, center crop to `input_size` (torchvision's offsets),
+    /// `ToTensor` (`x / 255` in f32), `Normalize(mean, std)` (default ImageNet). Reproduced
+    /// as [`ProcessorKind::TorchvisionImageNet`] with those sizes, filter and statistics.
+    ///
+    /// # Errors
+    /// [`ImageError::Config`] for a missing `pretrained_cfg`, another `crop_mode`, an unknown
+    /// `interpolation` or a malformed field.
+    pub fn from_timm_config(config: &Value) -> Result<Self, ImageError> {
+        let cfg = config
+            .get("pretrained_cfg")
+            .and_then(Value::as_object)
+            .ok_or_else(|| {
+                cfg_err(
+                    None,
+                    "no pretrained_cfg object (a timm config.json has one)",
+                )
+            })?;
+        let mut p = Self::defaults(ProcessorKind::TorchvisionImageNet);
+        let [h, w] = match cfg.get("input_size").filter(|v| !v.is_null()) {
+            None => [224, 224],
+            Some(v) => {
+                let dims: Option<Vec<usize>> = v.as_array().map(|a| {
+                    a.iter()
+                        .filter_map(|x| x.as_u64().map(|n| n as usize))
+                        .collect()
+                });
+                match dims.as_deref() {
+                    Some([3, h, w]) if *h > 0 && *w > 0 => [*h, *w],
+                    _ => {
+                        return Err(cfg_err(
+                            None,
+                            format!("pretrained_cfg.input_size must be [3, H, W], got {v}"),
+                        ));
+                    }
+                }
+            }
+        };
+        let crop_mode = cfg
+            .get("crop_mode")
+            .and_then(Value::as_str)
+            .unwrap_or("center");
+        if crop_mode != "center" {
+            return Err(cfg_err(
+                None,
+                format!("pretrained_cfg.crop_mode '{crop_mode}' is not supported (center)"),
+            ));
+        }
+        let crop_pct = match cfg.get("crop_pct").filter(|v| !v.is_null()) {
+            None => 0.875,
+            Some(v) => v.as_f64().filter(|c| *c > 0.0).ok_or_else(|| {
+                cfg_err(
+                    None,
+                    format!("pretrained_cfg.crop_pct must be a positive number, got {v}"),
+                )
+            })?,
+        };
+        let scale = |side: usize| (side as f64 / crop_pct).floor() as usize;
+        p.size = if h == w {
+            ResizeTo::ShortestEdge(scale(h))
+        } else {
+            ResizeTo::Exact {
+                height: scale(h),
+                width: scale(w),
+            }
+        };
+        p.crop_size = (h, w);
+        p.resample = match cfg
+            .get("interpolation")
+            .and_then(Value::as_str)
+            .unwrap_or("bicubic")
+        {
+            "bicubic" => Filter::Bicubic,
+            "bilinear" => Filter::Bilinear,
+            "nearest" => Filter::Nearest,
+            "lanczos" => Filter::Lanczos,
+            "box" => Filter::Box,
+            "hamming" => Filter::Hamming,
+            other => {
+                return Err(cfg_err(
+                    None,
+                    format!("pretrained_cfg.interpolation '{other}' is not a PIL filter"),
+                ));
+            }
+        };
+        if let Some(m) = cfg.get("mean").filter(|v| !v.is_null()) {
+            p.image_mean = triple(m, "pretrained_cfg.mean")?;
+        }
+        if let Some(s) = cfg.get("std").filter(|v| !v.is_null()) {
+            p.image_std = triple(s, "pretrained_cfg.std")?;
+        }
+        if p.image_std.contains(&0.0) {
+            return Err(cfg_err(None, "pretrained_cfg.std contains 0"));
+        }
+        Ok(p)
     }
 
     /// From a parsed config; `kind` overrides the `image_processor_type` field (required when
@@ -336,7 +468,10 @@ impl ImageProcessor {
         p.do_convert_rgb = flag("do_convert_rgb", p.do_convert_rgb)?;
         let crop_class = matches!(
             kind,
-            ProcessorKind::Clip | ProcessorKind::Bit | ProcessorKind::TorchvisionImageNet
+            ProcessorKind::Clip
+                | ProcessorKind::Bit
+                | ProcessorKind::Beit
+                | ProcessorKind::TorchvisionImageNet
         );
         if crop_class {
             p.do_center_crop = flag("do_center_crop", p.do_center_crop)?;
@@ -359,9 +494,10 @@ impl ImageProcessor {
             p.image_std = triple(s, "image_std")?;
         }
         // `size`: an int means shortest_edge for CLIP / Bit / Siglip (get_size_dict with
-        // default_to_square=False) and a square for ViT; a list is (height, width).
+        // default_to_square=False) and a square for ViT / BEiT; a list is (height, width).
         if let Some(s) = obj.get("size").filter(|v| !v.is_null()) {
-            p.size = parse_size(s, kind == ProcessorKind::Vit, "size")?;
+            let square = matches!(kind, ProcessorKind::Vit | ProcessorKind::Beit);
+            p.size = parse_size(s, square, "size")?;
             if obj.get("use_square_size").and_then(Value::as_bool) == Some(true)
                 && let ResizeTo::ShortestEdge(e) = p.size
             {
