@@ -23,6 +23,15 @@ fn load(name: &str) -> BeitModel {
     .unwrap()
 }
 
+/// The load error of a scratch checkpoint directory, which is removed.
+fn load_error(dir: &std::path::Path) -> String {
+    let err = BeitModel::load(&checkpoint(dir), &device(), &LoadOptions::default())
+        .unwrap_err()
+        .to_string();
+    std::fs::remove_dir_all(dir).ok();
+    err
+}
+
 fn num_params(r: &Reference) -> usize {
     r.i64("num_params").1[0] as usize
 }
@@ -133,10 +142,7 @@ fn absolute_positions_and_cls_pooling_match_transformers() {
 fn missing_shared_table_is_named_in_the_checkpoints_terms() {
     let key = "beit.encoder.relative_position_bias.relative_position_bias_table";
     let dir = scratch("beit/pretraining", "missing-table", |_| {}, |k| k != key);
-    let err = BeitModel::load(&checkpoint(&dir), &device(), &LoadOptions::default())
-        .unwrap_err()
-        .to_string();
-    std::fs::remove_dir_all(&dir).ok();
+    let err = load_error(&dir);
     assert!(
         err.contains("1 missing, 0 unexpected") && err.contains(key),
         "{err}"
@@ -152,10 +158,7 @@ fn a_table_of_the_wrong_window_is_a_shape_error() {
         |c| c["image_size"] = 40.into(),
         |_| true,
     );
-    let err = BeitModel::load(&checkpoint(&dir), &device(), &LoadOptions::default())
-        .unwrap_err()
-        .to_string();
-    std::fs::remove_dir_all(&dir).ok();
+    let err = load_error(&dir);
     assert!(
         err.contains("encoder.layer.0.attention.attention.relative_position_bias.relative_position_bias_table")
             && err.contains("52"),
@@ -207,10 +210,7 @@ fn timm_missing_key_is_named_by_its_timm_name() {
         |_| {},
         |k| k != "blocks.1.attn.qkv.weight",
     );
-    let err = BeitModel::load(&checkpoint(&dir), &device(), &LoadOptions::default())
-        .unwrap_err()
-        .to_string();
-    std::fs::remove_dir_all(&dir).ok();
+    let err = load_error(&dir);
     assert!(
         err.contains("1 missing, 0 unexpected") && err.contains("blocks.1.attn.qkv.weight"),
         "{err}"

@@ -207,7 +207,7 @@ impl ImageProcessor {
                 OPENAI_CLIP_MEAN,
                 OPENAI_CLIP_STD,
             ),
-            ProcessorKind::Siglip => (
+            ProcessorKind::Siglip | ProcessorKind::Beit => (
                 ResizeTo::Exact {
                     height: 224,
                     width: 224,
@@ -229,16 +229,6 @@ impl ImageProcessor {
             ),
             ProcessorKind::ConvNext => (
                 ResizeTo::ShortestEdge(384),
-                Filter::Bicubic,
-                false,
-                IMAGENET_STANDARD,
-                IMAGENET_STANDARD,
-            ),
-            ProcessorKind::Beit => (
-                ResizeTo::Exact {
-                    height: 224,
-                    width: 224,
-                },
                 Filter::Bicubic,
                 false,
                 IMAGENET_STANDARD,
