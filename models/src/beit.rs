@@ -176,7 +176,8 @@ impl BeitConfig {
     /// from `mlp.fc1`, the patch from `patch_embed.proj`; the image size from
     /// `pretrained_cfg.input_size` (else the table's window); each option from the keys present
     /// (`pos_embed`, per-block or shared tables, `gamma_1` for layer scale, `fc_norm` for mean
-    /// pooling, `norm` for the CLS token); timm's LayerNorm eps 1e-6 and exact GELU.
+    /// pooling, `norm` for the CLS token, as `global_pool` — default `avg` — asks); timm's
+    /// LayerNorm eps 1e-6 and exact GELU.
     ///
     /// # Errors
     /// [`ModelError::Unsupported`] naming `file` when a key the layout needs is missing, or the
@@ -242,16 +243,26 @@ impl BeitConfig {
                 [g * patch_size, g * patch_size]
             }
         };
-        let use_mean_pooling = if shapes.contains_key("fc_norm.weight") {
-            true
-        } else if shapes.contains_key("norm.weight") {
-            false
-        } else {
-            return Err(err(
-                "timm BEiT layout: neither 'fc_norm.weight' (mean pooling) nor 'norm.weight' \
-                 (CLS token)"
-                    .into(),
-            ));
+        // timm pools as `global_pool` says (default "avg"), with `fc_norm` after an average and
+        // `norm` before the CLS token; the two combinations transformers' BEiT also has.
+        let global_pool = config
+            .get("global_pool")
+            .and_then(|v| v.as_str())
+            .unwrap_or("avg");
+        let fc_norm = shapes.contains_key("fc_norm.weight");
+        let norm = shapes.contains_key("norm.weight");
+        let use_mean_pooling = match (global_pool, fc_norm, norm) {
+            ("avg", true, false) => true,
+            ("token", false, true) => false,
+            (pool, fc_norm, norm) => {
+                let has = |b: bool, k: &str| format!("{}'{k}'", if b { "" } else { "no " });
+                return Err(err(format!(
+                    "timm BEiT layout: global_pool '{pool}' with {} and {}; bindscope reads \
+                     'avg' with 'fc_norm' (no 'norm') and 'token' with 'norm' (no 'fc_norm')",
+                    has(fc_norm, "fc_norm"),
+                    has(norm, "norm"),
+                )));
+            }
         };
         Ok(Self {
             model_type: MODEL_TYPE.into(),

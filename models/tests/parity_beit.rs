@@ -235,3 +235,19 @@ fn timm_config_of_another_family_is_refused_by_name() {
         "{err}"
     );
 }
+
+#[test]
+fn timm_pooling_that_the_weights_do_not_have_is_refused() {
+    // `global_pool: token` pools the CLS token after `norm`; this checkpoint has `fc_norm`.
+    let dir = scratch(
+        "beit/timm_beitv2",
+        "token-pool",
+        |c| c["global_pool"] = "token".into(),
+        |_| true,
+    );
+    let err = load_error(&dir);
+    assert!(
+        err.contains("global_pool 'token' with 'fc_norm' and no 'norm'"),
+        "{err}"
+    );
+}
