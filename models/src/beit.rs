@@ -859,12 +859,12 @@ impl BeitModel {
         }
         opts.benign_unused
             .push("(^|\\.)relative_position_index$".into());
-        let pooler_key = if prefixed {
-            "beit.pooler.layernorm.weight"
-        } else {
-            "pooler.layernorm.weight"
-        };
-        let with_pooler = shapes.contains_key(pooler_key);
+        // Either pooler key makes the pooler part of the checkpoint (a lone one is then
+        // reported with its missing partner); neither is the pre-training layout.
+        let prefix = if prefixed { "beit." } else { "" };
+        let with_pooler = ["weight", "bias"]
+            .iter()
+            .any(|p| shapes.contains_key(&format!("{prefix}pooler.layernorm.{p}")));
         let model = Self::new(&config, with_pooler, &Initializer::Zeros, device, &file)?;
         let mut model = load_strict(model, &ckpt.weights, &opts)?;
         if config.use_mean_pooling && !with_pooler {
@@ -880,6 +880,12 @@ impl BeitModel {
             layernorm.beta = Some(unit(0.0));
             model.pooler = Some(BeitPooler { layernorm });
             model.pooler_initialised = true;
+            // transformers warns here too ("newly initialized"): the pooled output is then a
+            // parameter-free LayerNorm, which a reader of the numbers should know.
+            eprintln!(
+                "note: {file}: the weights have no pooler.layernorm (a pre-training checkpoint); \
+                 the pooled output uses γ = 1, β = 0, as transformers' BeitModel initialises it"
+            );
         }
         Ok(model)
     }

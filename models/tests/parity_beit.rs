@@ -251,3 +251,18 @@ fn timm_pooling_that_the_weights_do_not_have_is_refused() {
         "{err}"
     );
 }
+
+#[test]
+fn a_lone_pooler_key_reports_its_missing_partner() {
+    let dir = scratch(
+        "beit",
+        "lone-pooler-bias",
+        |_| {},
+        |k| k != "pooler.layernorm.weight",
+    );
+    let err = load_error(&dir);
+    assert!(
+        err.contains("1 missing, 0 unexpected") && err.contains("pooler.layernorm.weight"),
+        "{err}"
+    );
+}

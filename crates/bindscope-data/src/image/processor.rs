@@ -314,7 +314,18 @@ impl ImageProcessor {
             }
             None => Err(cfg_err(
                 None,
-                format!("{} has no preprocessor_config.json", ckpt.dir().display()),
+                if ckpt
+                    .config_json()
+                    .is_ok_and(|v| v.get("architecture").is_some())
+                {
+                    format!(
+                        "{} has no preprocessor_config.json, and its timm config.json no \
+                         pretrained_cfg (where timm keeps the evaluation transform)",
+                        ckpt.dir().display()
+                    )
+                } else {
+                    format!("{} has no preprocessor_config.json", ckpt.dir().display())
+                },
             )),
         }
     }
