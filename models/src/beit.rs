@@ -465,18 +465,15 @@ impl BeitRelativePositionBias {
         Tensor::cat(vec![resized, table.slice([rows - 3..rows, 0..heads])], 0)
     }
 
-    /// The additive attention bias for a `[h, w]` patch grid: `[1, H, 1 + h·w, 1 + h·w]`.
-    pub fn bias(&self, window: [usize; 2]) -> Tensor<4> {
+    /// The additive attention bias for a `[h, w]` patch grid, `[1, H, 1 + h·w, 1 + h·w]`, given
+    /// that grid's [`relative_position_index`] on the table's device (`index`, `(1 + h·w)²`
+    /// entries; built once per forward pass and shared by every table).
+    pub fn bias(&self, window: [usize; 2], index: &Tensor<1, Int>) -> Tensor<4> {
         let table = self.table_for(window);
-        let device = table.device();
         let [_, heads] = table.dims();
         let t = window[0] * window[1] + 1;
-        let idx = Tensor::<1, Int>::from_data(
-            TensorData::new(relative_position_index(window), [t * t]),
-            &device,
-        );
         table
-            .select(0, idx)
+            .select(0, index.clone())
             .reshape([t, t, heads])
             .permute([2, 0, 1])
             .unsqueeze_dim::<4>(0)
@@ -620,17 +617,22 @@ impl BeitLayer {
         }
     }
 
-    /// `[N, T, D]` → `[N, T, D]` on a `window` grid, with the shared bias
-    /// `[1, H, T, T]` when the model has one; the attention probabilities when asked.
+    /// `[N, T, D]` → `[N, T, D]` on a `window` grid (its relative position `index`), with the
+    /// shared bias `[1, H, T, T]` when the model has one; the attention probabilities when
+    /// asked.
     fn forward(
         &self,
         x: Tensor<3>,
         shared: Option<&Tensor<4>>,
         window: [usize; 2],
+        index: &Tensor<1, Int>,
         need_probs: bool,
     ) -> (Tensor<3>, Option<Tensor<4>>) {
         let sa = &self.attention.attention;
-        let own = sa.relative_position_bias.as_ref().map(|r| r.bias(window));
+        let own = sa
+            .relative_position_bias
+            .as_ref()
+            .map(|r| r.bias(window, index));
         let mask = match (own, shared) {
             (Some(o), Some(s)) => AttentionMask::Bias(o + s.clone()),
             (Some(o), None) => AttentionMask::Bias(o),
@@ -901,13 +903,18 @@ impl BeitModel {
     /// tensors `[N, H, T, T]`. Computed in the weights' dtype, returned in f32.
     pub fn forward(&self, pixel_values: Tensor<4>, opts: ForwardOptions) -> EncoderOutput {
         let (x, window) = self.embeddings.forward(pixel_values);
+        let t = window[0] * window[1] + 1;
+        let index = Tensor::<1, Int>::from_data(
+            TensorData::new(relative_position_index(window), [t * t]),
+            &x.device(),
+        );
         let shared = self
             .encoder
             .relative_position_bias
             .as_ref()
-            .map(|r| r.bias(window));
+            .map(|r| r.bias(window, &index));
         let (x, hidden_states, attentions) = run_stack(&self.encoder.layer, x, opts, |l, x, p| {
-            l.forward(x, shared.as_ref(), window, p)
+            l.forward(x, shared.as_ref(), window, &index, p)
         });
         let last_hidden_state = self.sequence_output(x);
         let pooler_output = self.pool(last_hidden_state.clone());
