@@ -1,13 +1,16 @@
-//! Output-sketch JER of one 224×224 probe image, k = 32 (one batched backward over 32 copies,
-//! then the SVD), for ViT-S/14 (DINOv2-small config) and ViT-B/16 (CLIP B/16 config), random
+//! Output-sketch JER of one 224×224 probe image, k = 32, then the SVD, with the shared backward
+//! (`_shared`: one forward pass, 32 cotangents through the written-out backward, the default) and
+//! with autodiff (`_autodiff`: one batched backward over 32 copies of the image), for ViT-S/14 (DINOv2-small config) and ViT-B/16 (CLIP B/16 config), random
 //! weights, on the device `BURN_DEVICE` names (CPU by default). PyTorch counterpart doing the
 //! paper's method (`torch.func.jvp` vmapped over 32 tangents): `benches/pytorch_jer.py`.
 //! Results: `benches/README.md`.
 
 use bindscope_jer::probe::ProbeSpec;
-use bindscope_jer::{Estimator, jer_at};
+use bindscope_jer::sketch::Linearize;
+use bindscope_jer::{Estimator, jer_at_with};
 use bindscope_models::clip::{ClipConfig, ClipVisionModel};
 use bindscope_models::dinov2::{Dinov2Config, Dinov2Model};
+use bindscope_models::linearize::Outputs;
 use bindscope_models::{VisionEncoder, VisionReadout, randomize};
 use burn::module::Module;
 use burn::prelude::*;
@@ -24,22 +27,26 @@ fn bench_model(
     let device = bindscope_core::device::test_device();
     let spec = ProbeSpec::paper(224, 224);
     let f = |x: Tensor<4>| vec![model.embed(x, VisionReadout::Pooled)];
-    g.bench_function(name, |b| {
-        b.iter(|| {
-            jer_at(
-                &f,
-                &spec,
-                &[dim],
-                32,
-                Estimator::OutputSketch,
-                42,
-                0,
-                32,
-                &device,
-            )
-            .expect("jer")
-        })
-    });
+    let lin = |x: Tensor<4>| model.linearize(x, VisionReadout::Pooled, Outputs::Final);
+    for (backward, linearize) in [("shared", Some(&lin as Linearize<'_>)), ("autodiff", None)] {
+        g.bench_function(format!("{name}_{backward}"), |b| {
+            b.iter(|| {
+                jer_at_with(
+                    &f,
+                    linearize,
+                    &spec,
+                    &[dim],
+                    32,
+                    Estimator::OutputSketch,
+                    42,
+                    0,
+                    32,
+                    &device,
+                )
+                .expect("jer")
+            })
+        });
+    }
 }
 
 fn jer_sketch(c: &mut Criterion) {

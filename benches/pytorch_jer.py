@@ -7,7 +7,11 @@ singular values of J·V. Models: DINOv2 ViT-S/14 (benches/configs/dinov2-small.j
 output, position embeddings interpolated to 224) and CLIP ViT-B/16 (image_embeds). Random
 weights, float32, CPU.
 
-    python benches/pytorch_jer.py [--threads 2] [--runs 3]
+`--estimator output-sketch` times bindscope's default estimator instead: Gᵀ·J with G = 32
+Gaussian directions in output space, by one forward pass and the reverse-mode pullback
+(`torch.func.vjp`) vmapped over the 32 cotangents.
+
+    python benches/pytorch_jer.py [--threads 2] [--runs 3] [--estimator input-sketch|output-sketch]
 """
 import argparse
 import json
@@ -56,20 +60,31 @@ def jer_sketch(f, k=32):
     return float(s.sum() ** 2 / (s ** 2).sum())
 
 
+def output_sketch(f, k=32):
+    x = ((0.45 + 0.225 * torch.randn(1, 3, 224, 224)).clamp(0, 1) - 0.45) / 0.225
+    y, pullback = torch.func.vjp(f, x)  # one forward pass
+    g = torch.randn(k, *y.shape)
+    gtj = torch.func.vmap(pullback)(g)[0]  # [k, 1, 3, 224, 224]
+    s = torch.linalg.svdvals(gtj.reshape(k, -1).double())
+    return float(s.sum() ** 2 / (s ** 2).sum())
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--estimator", choices=["input-sketch", "output-sketch"], default="input-sketch")
     args = ap.parse_args()
+    sketch = jer_sketch if args.estimator == "input-sketch" else output_sketch
     torch.set_num_threads(args.threads)
     for name, f in models().items():
-        jer_sketch(f)  # warm-up
+        sketch(f)  # warm-up
         times = []
         for _ in range(args.runs):
             t = time.perf_counter()
-            jer_sketch(f)
+            sketch(f)
             times.append((time.perf_counter() - t) * 1e3)
-        print(json.dumps({"bench": f"jer_sketch_{name}", "threads": args.threads, "median_ms": statistics.median(times),
+        print(json.dumps({"bench": f"jer_sketch_{name}", "estimator": args.estimator, "threads": args.threads, "median_ms": statistics.median(times),
                           "min_ms": min(times), "runs": args.runs, "torch": torch.__version__}))
 
 

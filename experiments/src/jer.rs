@@ -8,8 +8,8 @@
 use crate::common::{ModelOpts, Normalize};
 use anyhow::{Context, Result, bail};
 use bindscope_core::run::{Output, RunContext};
-use bindscope_jer::Estimator;
 use bindscope_jer::study::{self, Config};
+use bindscope_jer::{Backward, Estimator};
 use bindscope_models::VisionReadout;
 use std::path::PathBuf;
 
@@ -34,10 +34,16 @@ pub struct JerArgs {
     /// output-sketch (Gᵀ·J, one batched backward) or input-sketch (J·V, the paper's definition).
     #[arg(long, default_value = "output-sketch")]
     estimator: Estimator,
-    /// Copies of the image per backward pass: bounds peak memory (a probe size and chunk whose
-    /// lower-bound memory estimate exceeds the available memory are refused up front).
+    /// Directions per backward pass (cotangents through the shared backward, copies of the
+    /// image under autodiff): bounds peak memory (a probe size and chunk whose lower-bound
+    /// memory estimate exceeds the available memory are refused up front).
     #[arg(long, default_value_t = 8)]
     chunk: usize,
+    /// How the vector–Jacobian products are taken: shared (one forward pass and the written-out
+    /// backward of the pre-norm ViTs: ViT, DINOv2, CLIP; autodiff for other models) or
+    /// autodiff (burn's autodiff over --chunk copies of the image). Same numbers to rounding.
+    #[arg(long, default_value = "shared")]
+    backward: Backward,
     /// Which embedding: pooled (the model's standard embedding; projected for CLIP), summary
     /// (CLS after the final norm / MAP head), mean-patch.
     #[arg(long, default_value = "pooled")]
@@ -99,6 +105,7 @@ impl JerArgs {
             directions: self.directions,
             estimator: self.estimator,
             chunk: self.chunk,
+            backward: self.backward,
             output: self.output,
             normalize: self.normalize,
             depth: self.depth,

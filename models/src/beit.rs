@@ -84,6 +84,9 @@ use burn::tensor::TensorData;
 use serde::Deserialize;
 
 use crate::attention::{AttentionMask, multi_head_attention};
+use crate::linearize::{
+    BlockParts, HeadParts, LinearParts, Linearization, NormParts, Outputs, Pool, VitParts,
+};
 use crate::nn::{
     Activation, check_sizes, checkpoint_shapes, de_image_size, interpolate_pos_grid, layer_norm,
     linear, mean_patch, run_stack, to_dtype, to_f32, token,
@@ -970,6 +973,117 @@ impl VisionEncoder for BeitModel {
             VisionReadout::Summary => token(seq, 0),
             VisionReadout::MeanPatch => mean_patch(seq, 1),
         })
+    }
+
+    /// f32 weights: every readout, either projection layout; the relative position biases are
+    /// those of the input's patch grid, constants of the linearization.
+    fn linearize(
+        &self,
+        pixel_values: Tensor<4>,
+        readout: VisionReadout,
+        outputs: Outputs,
+    ) -> Option<Linearization> {
+        if self.float_dtype() != burn::tensor::DType::F32 {
+            return None;
+        }
+        let c = &self.config;
+        let norm = |n: &LayerNorm| NormParts::new(n, c.layer_norm_eps);
+        let dims = pixel_values.dims();
+        let (embeddings, window) = self.embeddings.forward(pixel_values.detach());
+        let t = window[0] * window[1] + 1;
+        let device = embeddings.device();
+        let index = Tensor::<1, Int>::from_data(
+            TensorData::new(relative_position_index(window), [t * t]),
+            &device,
+        );
+        let shared = self
+            .encoder
+            .relative_position_bias
+            .as_ref()
+            .map(|r| r.bias(window, &index));
+        let value = |p: &Param<Tensor<1>>| p.val().without_autodiff();
+        let blocks = self
+            .encoder
+            .layer
+            .iter()
+            .map(|l| {
+                let sa = &l.attention.attention;
+                let own = sa
+                    .relative_position_bias
+                    .as_ref()
+                    .map(|r| r.bias(window, &index));
+                let attn_bias = match (own, &shared) {
+                    (Some(o), Some(s)) => Some(o + s.clone()),
+                    (Some(o), None) => Some(o),
+                    (None, Some(s)) => Some(s.clone()),
+                    (None, None) => None,
+                }
+                .map(|b| b.without_autodiff());
+                let (query, key, value_proj) = match (&sa.qkv, &sa.query, &sa.key, &sa.value) {
+                    (Some(f), ..) => {
+                        let w = f.weight.val().without_autodiff(); // [3D, D], torch layout
+                        let d = w.dims()[1];
+                        let part = |i: usize, bias: &Option<Param<Tensor<1>>>| LinearParts {
+                            weight: w.clone().slice([i * d..(i + 1) * d, 0..d]).transpose(),
+                            bias: bias.as_ref().map(value),
+                        };
+                        (part(0, &f.q_bias), part(1, &None), part(2, &f.v_bias))
+                    }
+                    (None, Some(q), Some(k), Some(v)) => (
+                        LinearParts::new(q),
+                        LinearParts::new(k),
+                        LinearParts::new(v),
+                    ),
+                    _ => return None,
+                };
+                Some(BlockParts {
+                    norm1: norm(&l.layernorm_before),
+                    query,
+                    key,
+                    value: value_proj,
+                    output: LinearParts::new(&l.attention.output.dense),
+                    num_heads: sa.num_heads,
+                    attn_bias,
+                    layer_scale1: l.lambda_1.as_ref().map(value),
+                    norm2: norm(&l.layernorm_after),
+                    fc1: LinearParts::new(&l.intermediate.dense),
+                    act: l.intermediate.act,
+                    fc2: LinearParts::new(&l.output.dense),
+                    layer_scale2: l.lambda_2.as_ref().map(value),
+                })
+            })
+            .collect::<Option<Vec<_>>>()?;
+        // The sequence output is `layernorm(x)` (or `x` with mean pooling); `Pooled` is
+        // `pooler.layernorm` of its mean patch token, or its CLS token.
+        let (pool, pooled_norm) = match readout {
+            VisionReadout::Pooled => match &self.pooler {
+                Some(p) => (Pool::MeanPatch { prefix: 1 }, Some(norm(&p.layernorm))),
+                None if c.use_mean_pooling => (Pool::MeanPatch { prefix: 1 }, None),
+                None => (Pool::Token(0), None),
+            },
+            VisionReadout::Summary => (Pool::Token(0), None),
+            VisionReadout::MeanPatch => (Pool::MeanPatch { prefix: 1 }, None),
+        };
+        let parts = VitParts {
+            patch_weight: self
+                .embeddings
+                .patch_embeddings
+                .projection
+                .weight
+                .val()
+                .without_autodiff(),
+            prefix: 1,
+            pre_norm: None,
+            blocks,
+            head: HeadParts {
+                norm: self.layernorm.as_ref().map(norm),
+                pool,
+                map: None,
+                pooled_norm,
+                projection: None,
+            },
+        };
+        Some(parts.linearize(dims, embeddings, outputs))
     }
 
     fn info(&self) -> ModelInfo {

@@ -59,6 +59,9 @@
 //! families share block structure and key names.
 
 use crate::attention::{AttentionMask, multi_head_attention};
+use crate::linearize::{
+    BlockParts, HeadParts, LinearParts, Linearization, NormParts, Outputs, Pool, VitParts,
+};
 use crate::nn::{
     Activation, StackOutput, check_model_type, check_sizes, checkpoint_shapes, embedding,
     gather_tokens, interpolate_square_grid, layer_norm, linear, load_module, model_type,
@@ -679,6 +682,59 @@ fn project(proj: Option<&Linear>, x: Tensor<2>) -> Tensor<2> {
     }
 }
 
+/// The vision tower as plain tensors for [`crate::linearize`], with the readout `pool` after
+/// `post_layernorm` and `projection`.
+fn vision_parts(
+    vm: &ClipVisionTransformer,
+    eps: f64,
+    pool: Pool,
+    projection: Option<LinearParts>,
+) -> VitParts {
+    let norm = |n: &LayerNorm| NormParts::new(n, eps);
+    VitParts {
+        patch_weight: vm
+            .embeddings
+            .patch_embedding
+            .weight
+            .val()
+            .without_autodiff(),
+        prefix: 1,
+        pre_norm: Some(norm(&vm.pre_layrnorm)),
+        blocks: block_parts(&vm.encoder, eps),
+        head: HeadParts {
+            norm: Some(norm(&vm.post_layernorm)),
+            pool,
+            map: None,
+            pooled_norm: None,
+            projection,
+        },
+    }
+}
+
+/// The blocks of `encoder` (CLIP's, SigLIP's) as plain tensors for [`crate::linearize`].
+pub(crate) fn block_parts(encoder: &ClipEncoder, eps: f64) -> Vec<BlockParts> {
+    let norm = |n: &LayerNorm| NormParts::new(n, eps);
+    encoder
+        .layers
+        .iter()
+        .map(|l| BlockParts {
+            norm1: norm(&l.layer_norm1),
+            query: LinearParts::new(&l.self_attn.q_proj),
+            key: LinearParts::new(&l.self_attn.k_proj),
+            value: LinearParts::new(&l.self_attn.v_proj),
+            output: LinearParts::new(&l.self_attn.out_proj),
+            num_heads: l.self_attn.num_heads,
+            attn_bias: None,
+            layer_scale1: None,
+            norm2: norm(&l.layer_norm2),
+            fc1: LinearParts::new(&l.mlp.fc1),
+            act: l.mlp.act,
+            fc2: LinearParts::new(&l.mlp.fc2),
+            layer_scale2: None,
+        })
+        .collect()
+}
+
 fn vision_readout(
     vm: &ClipVisionTransformer,
     proj: Option<&Linear>,
@@ -722,6 +778,31 @@ impl VisionEncoder for ClipVisionModel {
             hidden,
             readout,
         )
+    }
+
+    /// f32 weights: every readout.
+    fn linearize(
+        &self,
+        pixel_values: Tensor<4>,
+        readout: VisionReadout,
+        outputs: Outputs,
+    ) -> Option<Linearization> {
+        let vm = &self.vision_model;
+        if vm.post_layernorm.gamma.dtype() != burn::tensor::DType::F32 {
+            return None;
+        }
+        let (pool, projection) = match readout {
+            VisionReadout::Pooled => (
+                Pool::Token(0),
+                self.visual_projection.as_ref().map(LinearParts::new),
+            ),
+            VisionReadout::Summary => (Pool::Token(0), None),
+            VisionReadout::MeanPatch => (Pool::MeanPatch { prefix: 1 }, None),
+        };
+        let parts = vision_parts(vm, self.config.layer_norm_eps, pool, projection);
+        let dims = pixel_values.dims();
+        let embeddings = vm.embeddings.forward(pixel_values.detach());
+        Some(parts.linearize(dims, embeddings, outputs))
     }
 
     /// `post_layernorm` token-wise (CLIP's `last_hidden_state` has no final norm): `[N, T, D]`.

@@ -62,6 +62,9 @@ pub const WITH_REGISTERS_MODEL_TYPE: &str = "dinov2_with_registers";
 /// Every `model_type` this file loads.
 pub const MODEL_TYPES: &[&str] = &[MODEL_TYPE, WITH_REGISTERS_MODEL_TYPE];
 
+use crate::linearize::{
+    BlockParts, HeadParts, LinearParts, Linearization, NormParts, Outputs, Pool, VitParts,
+};
 use crate::nn::{
     Activation, check_sizes, checkpoint_shapes, de_image_size, interpolate_pos_grid, linear,
     mean_patch, run_stack, to_dtype, to_f32, token,
@@ -518,6 +521,72 @@ impl VisionEncoder for Dinov2Model {
             VisionReadout::Pooled | VisionReadout::Summary => token(normed, 0),
             VisionReadout::MeanPatch => mean_patch(normed, self.num_prefix_tokens()),
         })
+    }
+
+    /// The plain-MLP blocks in f32 (not SwiGLU): every readout.
+    fn linearize(
+        &self,
+        pixel_values: Tensor<4>,
+        readout: VisionReadout,
+        outputs: Outputs,
+    ) -> Option<Linearization> {
+        let c = &self.config;
+        if c.use_swiglu_ffn || self.layernorm.gamma.dtype() != burn::tensor::DType::F32 {
+            return None;
+        }
+        let eps = c.layer_norm_eps;
+        let norm = |n: &LayerNorm| NormParts::new(n, eps);
+        let blocks = self
+            .encoder
+            .layer
+            .iter()
+            .map(|l| {
+                let att = &l.attention.attention;
+                Some(BlockParts {
+                    norm1: norm(&l.norm1),
+                    query: LinearParts::new(&att.query),
+                    key: LinearParts::new(&att.key),
+                    value: LinearParts::new(&att.value),
+                    output: LinearParts::new(&l.attention.output.dense),
+                    num_heads: att.num_heads,
+                    attn_bias: None,
+                    layer_scale1: Some(l.layer_scale1.lambda1.val().without_autodiff()),
+                    norm2: norm(&l.norm2),
+                    fc1: LinearParts::new(l.mlp.fc1.as_ref()?),
+                    act: l.mlp.act,
+                    fc2: LinearParts::new(l.mlp.fc2.as_ref()?),
+                    layer_scale2: Some(l.layer_scale2.lambda1.val().without_autodiff()),
+                })
+            })
+            .collect::<Option<Vec<_>>>()?;
+        let pool = match readout {
+            VisionReadout::Pooled | VisionReadout::Summary => Pool::Token(0),
+            VisionReadout::MeanPatch => Pool::MeanPatch {
+                prefix: self.num_prefix_tokens(),
+            },
+        };
+        let parts = VitParts {
+            patch_weight: self
+                .embeddings
+                .patch_embeddings
+                .projection
+                .weight
+                .val()
+                .without_autodiff(),
+            prefix: self.num_prefix_tokens(),
+            pre_norm: None,
+            blocks,
+            head: HeadParts {
+                norm: Some(norm(&self.layernorm)),
+                pool,
+                map: None,
+                pooled_norm: None,
+                projection: None,
+            },
+        };
+        let dims = pixel_values.dims();
+        let embeddings = self.embeddings.forward(pixel_values.detach());
+        Some(parts.linearize(dims, embeddings, outputs))
     }
 
     fn info(&self) -> ModelInfo {

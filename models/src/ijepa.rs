@@ -44,10 +44,11 @@ use burn::prelude::*;
 /// `model_type` of an `IJepaModel` checkpoint.
 pub const MODEL_TYPE: &str = "ijepa";
 
+use crate::linearize::{Linearization, Outputs, Pool};
 use crate::nn::{
     checkpoint_shapes, classification_layout, interpolate_pos_grid, mean_patch, to_dtype, to_f32,
 };
-use crate::vit::{PatchEmbeddings, ViTConfig, ViTEncoder};
+use crate::vit::{PatchEmbeddings, ViTConfig, ViTEncoder, VitLayout, linearize_vit_layout};
 use crate::{EncoderOutput, ForwardOptions, ModelError, ModelInfo, VisionEncoder, VisionReadout};
 
 /// `config.json` of `IJepaModel`: transformers' `IJepaConfig` has exactly the fields of
@@ -210,6 +211,30 @@ impl VisionEncoder for IJepaModel {
     fn readout(&self, hidden: Tensor<3>, _readout: VisionReadout) -> Tensor<2> {
         let hidden = to_dtype(hidden, self.layernorm.gamma.dtype());
         to_f32(mean_patch(self.layernorm.forward(hidden), 0))
+    }
+
+    /// f32 weights: every readout (all the mean of every token).
+    fn linearize(
+        &self,
+        pixel_values: Tensor<4>,
+        readout: VisionReadout,
+        outputs: Outputs,
+    ) -> Option<Linearization> {
+        let _ = readout;
+        let embeddings = self.embeddings.forward(pixel_values.clone().detach());
+        linearize_vit_layout(
+            VitLayout {
+                patch: &self.embeddings.patch_embeddings,
+                prefix: 0,
+                encoder: &self.encoder,
+                layernorm: &self.layernorm,
+                eps: self.config.layer_norm_eps,
+            },
+            Pool::MeanPatch { prefix: 0 },
+            pixel_values.dims(),
+            embeddings,
+            outputs,
+        )
     }
 
     fn info(&self) -> ModelInfo {

@@ -21,6 +21,9 @@
 //! | [`qwen2`] | Llama blocks with q/k/v biases | `Qwen2ForCausalLM` |
 //! | [`qwen3`] | Llama blocks with per-head q/k RMSNorm | `Qwen3ForCausalLM` |
 //!
+//! [`linearize`] holds the hand-written input derivatives of the pre-norm ViT block, which the
+//! JER estimators use to take many vector–Jacobian products over one forward pass.
+//!
 //! Every vision model implements [`VisionEncoder`], every text model [`TextEncoder`], every
 //! decoder language model [`CausalLm`] ([`generate`] decodes with one and renders chat
 //! templates); [`registry`] builds the right one from a checkpoint's `config.json`
@@ -38,6 +41,7 @@ pub mod convnext;
 pub mod dinov2;
 pub mod generate;
 pub mod ijepa;
+pub mod linearize;
 pub mod llama;
 pub mod nn;
 pub mod qwen2;
@@ -243,6 +247,29 @@ pub trait VisionEncoder: Send + Sync {
 
     /// Static facts about the model.
     fn info(&self) -> ModelInfo;
+
+    /// The forward pass at one image, kept for many vector–Jacobian products
+    /// ([`linearize::Linearization::vjp`]): the readout `readout` of the last block
+    /// ([`linearize::Outputs::Final`], as [`VisionEncoder::embed`]) or of every block
+    /// ([`linearize::Outputs::EveryBlock`], as [`VisionEncoder::readout`] on hidden states
+    /// 1 … L).
+    ///
+    /// `None` where the model's derivatives are not written out (the default): architectures
+    /// other than the pre-norm ViT block, weights in another dtype than f32, readouts through
+    /// other heads. Callers then differentiate with burn's autodiff.
+    ///
+    /// # Shapes
+    /// `pixel_values: [1, 3, H, W]` on the model's device (autodiff or not; no gradient is
+    /// recorded).
+    fn linearize(
+        &self,
+        pixel_values: Tensor<4>,
+        readout: VisionReadout,
+        outputs: linearize::Outputs,
+    ) -> Option<linearize::Linearization> {
+        let _ = (pixel_values, readout, outputs);
+        None
+    }
 }
 
 /// A frozen text encoder over token ids. Computes in the dtype of its weights

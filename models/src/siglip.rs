@@ -46,7 +46,12 @@
 //! the mask as an `Option`, exactly as transformers does.
 
 use crate::attention::{AttentionMask, multi_head_attention};
-use crate::clip::{BENIGN, ClipEncoder, ClipMlp, ClipTextEmbeddings, EncoderDims, TowerLayout};
+use crate::clip::{
+    BENIGN, ClipEncoder, ClipMlp, ClipTextEmbeddings, EncoderDims, TowerLayout, block_parts,
+};
+use crate::linearize::{
+    HeadParts, LinearParts, Linearization, MapParts, NormParts, Outputs, Pool, VitParts,
+};
 use crate::nn::{
     Activation, check_model_type, check_sizes, embedding, interpolate_square_grid, layer_norm,
     linear, load_module, model_type, read_scalar, to_dtype, to_f32,
@@ -508,6 +513,68 @@ impl VisionEncoder for SiglipVisionModel {
     /// after `post_layernorm`; `MeanPatch`: mean over all tokens after `post_layernorm`.
     fn readout(&self, hidden: Tensor<3>, readout: VisionReadout) -> Tensor<2> {
         self.vision_model.readout(hidden, readout)
+    }
+
+    /// f32 weights: every readout, the MAP head's included.
+    fn linearize(
+        &self,
+        pixel_values: Tensor<4>,
+        readout: VisionReadout,
+        outputs: Outputs,
+    ) -> Option<Linearization> {
+        let vm = &self.vision_model;
+        if vm.post_layernorm.gamma.dtype() != burn::tensor::DType::F32 {
+            return None;
+        }
+        let eps = self.config.layer_norm_eps;
+        let norm = |n: &LayerNorm| NormParts::new(n, eps);
+        let map = match readout {
+            VisionReadout::Pooled | VisionReadout::Summary => {
+                let h = &vm.head;
+                let att = &h.attention;
+                let w = att.in_proj_weight.val().without_autodiff(); // [3D, D], torch layout
+                let b = att.in_proj_bias.val().without_autodiff();
+                let d = w.dims()[1];
+                let part = |i: usize| LinearParts {
+                    weight: w.clone().slice([i * d..(i + 1) * d, 0..d]).transpose(),
+                    bias: Some(b.clone().narrow(0, i * d, d)),
+                };
+                Some(MapParts {
+                    probe: h.probe.val().without_autodiff().reshape([d]),
+                    query: part(0),
+                    key: part(1),
+                    value: part(2),
+                    output: LinearParts::new(&att.out_proj),
+                    num_heads: att.num_heads,
+                    norm: norm(&h.layernorm),
+                    fc1: LinearParts::new(&h.mlp.fc1),
+                    act: h.mlp.act,
+                    fc2: LinearParts::new(&h.mlp.fc2),
+                })
+            }
+            VisionReadout::MeanPatch => None,
+        };
+        let parts = VitParts {
+            patch_weight: vm
+                .embeddings
+                .patch_embedding
+                .weight
+                .val()
+                .without_autodiff(),
+            prefix: 0,
+            pre_norm: None,
+            blocks: block_parts(&vm.encoder, eps),
+            head: HeadParts {
+                norm: Some(norm(&vm.post_layernorm)),
+                pool: Pool::MeanPatch { prefix: 0 },
+                map,
+                pooled_norm: None,
+                projection: None,
+            },
+        };
+        let dims = pixel_values.dims();
+        let embeddings = vm.embeddings.forward(pixel_values.detach());
+        Some(parts.linearize(dims, embeddings, outputs))
     }
 
     fn info(&self) -> ModelInfo {

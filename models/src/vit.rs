@@ -51,6 +51,9 @@ use burn::prelude::*;
 use serde::Deserialize;
 
 use crate::attention::{AttentionMask, multi_head_attention};
+use crate::linearize::{
+    BlockParts, HeadParts, LinearParts, Linearization, NormParts, Outputs, Pool, VitParts,
+};
 use crate::nn::{
     Activation, check_sizes, checkpoint_shapes, de_image_size, interpolate_pos_grid, linear,
     mean_patch, run_stack, to_dtype, to_f32, token,
@@ -699,6 +702,69 @@ impl ViTModel {
     }
 }
 
+/// The parts of a network in ViT's layout (`embeddings.patch_embeddings`, `encoder.layer.N`,
+/// `layernorm`: ViT, ViT-MAE, I-JEPA) that [`linearize_vit_layout`] reads.
+pub(crate) struct VitLayout<'a> {
+    pub patch: &'a PatchEmbeddings,
+    pub prefix: usize,
+    pub encoder: &'a ViTEncoder,
+    pub layernorm: &'a LayerNorm,
+    pub eps: f64,
+}
+
+/// [`crate::VisionEncoder::linearize`] of a network in ViT's layout, from the model's own
+/// `embeddings` of `pixel_values` (dims `pixel_values`) and the readout `pool` after the final
+/// layernorm; `None` for weights in another dtype than f32.
+pub(crate) fn linearize_vit_layout(
+    m: VitLayout<'_>,
+    pool: Pool,
+    pixel_values: [usize; 4],
+    embeddings: Tensor<3>,
+    outputs: Outputs,
+) -> Option<Linearization> {
+    if m.layernorm.gamma.dtype() != burn::tensor::DType::F32 {
+        return None;
+    }
+    let norm = |n: &LayerNorm| NormParts::new(n, m.eps);
+    let blocks = m
+        .encoder
+        .layer
+        .iter()
+        .map(|l| {
+            let att = &l.attention.attention;
+            BlockParts {
+                norm1: norm(&l.layernorm_before),
+                query: LinearParts::new(&att.query),
+                key: LinearParts::new(&att.key),
+                value: LinearParts::new(&att.value),
+                output: LinearParts::new(&l.attention.output.dense),
+                num_heads: att.num_heads,
+                attn_bias: None,
+                layer_scale1: None,
+                norm2: norm(&l.layernorm_after),
+                fc1: LinearParts::new(&l.intermediate.dense),
+                act: l.intermediate.act,
+                fc2: LinearParts::new(&l.output.dense),
+                layer_scale2: None,
+            }
+        })
+        .collect();
+    let parts = VitParts {
+        patch_weight: m.patch.projection.weight.val().without_autodiff(),
+        prefix: m.prefix,
+        pre_norm: None,
+        blocks,
+        head: HeadParts {
+            norm: Some(norm(m.layernorm)),
+            pool,
+            map: None,
+            pooled_norm: None,
+            projection: None,
+        },
+    };
+    Some(parts.linearize(pixel_values, embeddings, outputs))
+}
+
 /// Saves any module of this crate (ViT, DINOv2, …) as a safetensors file in the Hugging Face
 /// layout, through burn-store's `BurnToPyTorchAdapter`: key names are the module paths (the
 /// Hub's, since the modules are named as in transformers), Linear weights are transposed back
@@ -736,6 +802,34 @@ impl VisionEncoder for ViTModel {
             VisionReadout::Summary => token(normed, 0),
             VisionReadout::MeanPatch => mean_patch(normed, 1),
         })
+    }
+
+    /// f32 weights; `Pooled` only without a pooler (its `dense` + tanh head is not written out).
+    fn linearize(
+        &self,
+        pixel_values: Tensor<4>,
+        readout: VisionReadout,
+        outputs: Outputs,
+    ) -> Option<Linearization> {
+        let pool = match readout {
+            VisionReadout::Pooled if self.pooler.is_some() => return None,
+            VisionReadout::Pooled | VisionReadout::Summary => Pool::Token(0),
+            VisionReadout::MeanPatch => Pool::MeanPatch { prefix: 1 },
+        };
+        let embeddings = self.embeddings.forward(pixel_values.clone().detach());
+        linearize_vit_layout(
+            VitLayout {
+                patch: &self.embeddings.patch_embeddings,
+                prefix: 1,
+                encoder: &self.encoder,
+                layernorm: &self.layernorm,
+                eps: self.config.layer_norm_eps,
+            },
+            pool,
+            pixel_values.dims(),
+            embeddings,
+            outputs,
+        )
     }
 
     fn info(&self) -> ModelInfo {

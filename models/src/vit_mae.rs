@@ -49,8 +49,9 @@ use serde::Deserialize;
 /// `model_type` of a `ViTMAEModel` checkpoint.
 pub const MODEL_TYPE: &str = "vit_mae";
 
+use crate::linearize::{Linearization, Outputs, Pool};
 use crate::nn::{checkpoint_shapes, de_image_size, mean_patch, to_dtype, to_f32, token};
-use crate::vit::{ViTConfig, ViTEmbeddings, ViTEncoder};
+use crate::vit::{ViTConfig, ViTEmbeddings, ViTEncoder, VitLayout, linearize_vit_layout};
 use crate::{EncoderOutput, ForwardOptions, ModelError, ModelInfo, VisionEncoder, VisionReadout};
 
 /// `config.json` of `ViTMAEModel` (`ViTMAEConfig`), encoder fields only (the decoder fields and
@@ -255,6 +256,33 @@ impl VisionEncoder for ViTMAEModel {
             VisionReadout::Pooled | VisionReadout::MeanPatch => mean_patch(normed, 1),
             VisionReadout::Summary => token(normed, 0),
         })
+    }
+
+    /// f32 weights: every readout.
+    fn linearize(
+        &self,
+        pixel_values: Tensor<4>,
+        readout: VisionReadout,
+        outputs: Outputs,
+    ) -> Option<Linearization> {
+        let pool = match readout {
+            VisionReadout::Pooled | VisionReadout::MeanPatch => Pool::MeanPatch { prefix: 1 },
+            VisionReadout::Summary => Pool::Token(0),
+        };
+        let embeddings = self.embeddings.forward(pixel_values.clone().detach());
+        linearize_vit_layout(
+            VitLayout {
+                patch: &self.embeddings.patch_embeddings,
+                prefix: 1,
+                encoder: &self.encoder,
+                layernorm: &self.layernorm,
+                eps: self.config.layer_norm_eps,
+            },
+            pool,
+            pixel_values.dims(),
+            embeddings,
+            outputs,
+        )
     }
 
     fn info(&self) -> ModelInfo {

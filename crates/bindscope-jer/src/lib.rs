@@ -51,6 +51,6 @@ pub mod spectrum;
 pub mod stats;
 pub mod study;
 
-pub use sketch::{Estimator, JerError, OutputSpectrum, jer_at};
+pub use sketch::{Backward, Estimator, JerError, OutputSpectrum, jer_at, jer_at_with};
 pub use spectrum::{entropy_effective_rank, jer, normalized_spectrum, singular_values};
 pub use stats::{Summary, summarize};

@@ -13,6 +13,11 @@
 //!     L · (heads · T² + 4 · T · D) + 2 · M            f32 values
 //!     (attention probabilities, materialised under autodiff; the block's input, its
 //!      attention output, its MLP input and output; the input copy and its gradient)
+//! JER with the shared backward (bindscope_models::linearize: one forward pass at batch 1 kept
+//! once, then a chunk of cotangents through one block at a time):
+//!     L · (heads · T² + 4 · T · D) + chunk · (heads · T² + T · D + 2 · M)
+//!     (the kept forward pass; per cotangent, one block's attention-score gradient and
+//!      its input gradient, the pixel gradient and its flattening)
 //! JER, on the host, once per image:
 //!     M + k · M            (output sketch: the probe and the k × M sketch)
 //!     M + 5 · k · M        (input sketch: the probe, V in f64 twice while orthonormalised, V in f32)
@@ -77,6 +82,17 @@ pub fn jer_device_bytes(shape: &EncoderShape, size: [usize; 2], chunk: usize) ->
     let m = 3.0 * size[0] as f64 * size[1] as f64;
     let per_block = shape.heads as f64 * t * t + 4.0 * t * shape.hidden as f64;
     F32 * chunk as f64 * (shape.layers as f64 * per_block + 2.0 * m)
+}
+
+/// Lower bound of the device memory of one JER chunk of `chunk` cotangents through the shared
+/// backward ([`crate::Backward::Shared`]; module docs), in bytes.
+pub fn jer_shared_device_bytes(shape: &EncoderShape, size: [usize; 2], chunk: usize) -> f64 {
+    let t = shape.tokens(size);
+    let m = 3.0 * size[0] as f64 * size[1] as f64;
+    let d = shape.hidden as f64;
+    let heads = shape.heads as f64;
+    F32 * (shape.layers as f64 * (heads * t * t + 4.0 * t * d)
+        + chunk as f64 * (heads * t * t + t * d + 2.0 * m))
 }
 
 /// Lower bound of the host memory of one JER probe image with `k` directions, in bytes

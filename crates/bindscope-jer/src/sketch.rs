@@ -3,6 +3,7 @@
 use crate::probe::{self, ProbeSpec};
 use crate::spectrum;
 use bindscope_core::device::to_host_f32;
+use bindscope_models::linearize::Linearization;
 use burn::prelude::*;
 
 /// Which sketch of the Jacobian to take.
@@ -208,6 +209,105 @@ pub fn input_sketch(
     Ok(Tensor::cat(parts, 0))
 }
 
+/// Output sketch `Gᵀ·J_o(x)` from a [`Linearization`]: the forward pass is shared, the rows of
+/// `Gᵀ` are carried through the hand-written backward `chunk` at a time. The same numbers as
+/// [`output_sketch`] (to rounding), without its `k` forward passes.
+///
+/// # Shapes
+/// `g: [D_o, k]` → `[k, M]`, on `g`'s device.
+///
+/// # Errors
+/// [`JerError::Output`] when output `o` does not exist or has another dimension.
+pub fn output_sketch_linearized(
+    lin: &Linearization,
+    output: usize,
+    g: Tensor<2>,
+    chunk: usize,
+) -> Result<Tensor<2>, JerError> {
+    let [_, k] = g.dims();
+    let gt = g.transpose();
+    let d = gt.dims()[1];
+    let mut rows = Vec::with_capacity(k.div_ceil(chunk.max(1)));
+    for start in (0..k).step_by(chunk.max(1)) {
+        let end = (start + chunk.max(1)).min(k);
+        let cot = gt.clone().slice([start..end, 0..d]);
+        rows.push(
+            lin.vjp(output, cot)
+                .map_err(|e| JerError::Output(e.to_string()))?,
+        );
+    }
+    Ok(Tensor::cat(rows, 0))
+}
+
+/// Input sketch `J_o(x)·V` from a [`Linearization`]: the rows of `J_o` by vector–Jacobian
+/// products with the output basis vectors, `chunk` at a time over the one forward pass, each
+/// chunk multiplied by `V` right away. The same numbers as [`input_sketch`] (to rounding).
+///
+/// # Shapes
+/// `v: [M, k]` → `[D_o, k]`, on `v`'s device.
+///
+/// # Errors
+/// As [`output_sketch_linearized`].
+pub fn input_sketch_linearized(
+    lin: &Linearization,
+    output: usize,
+    d: usize,
+    v: Tensor<2>,
+    chunk: usize,
+) -> Result<Tensor<2>, JerError> {
+    let device = v.device();
+    let mut parts = Vec::with_capacity(d.div_ceil(chunk.max(1)));
+    for start in (0..d).step_by(chunk.max(1)) {
+        let end = (start + chunk.max(1)).min(d);
+        let mut e = vec![0f32; (end - start) * d];
+        for (r, i) in (start..end).enumerate() {
+            e[r * d + i] = 1.0;
+        }
+        let basis = Tensor::<1>::from_floats(e.as_slice(), &device).reshape([end - start, d]);
+        let j = lin
+            .vjp(output, basis)
+            .map_err(|e| JerError::Output(e.to_string()))?; // [rows, M]
+        parts.push(j.matmul(v.clone()));
+    }
+    Ok(Tensor::cat(parts, 0))
+}
+
+/// How the vector–Jacobian products of the sketches are taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Backward {
+    /// One forward pass at batch 1 and the hand-written backward of
+    /// [`bindscope_models::linearize`] where the model offers it
+    /// ([`bindscope_models::VisionEncoder::linearize`]), burn's autodiff over copies of the image
+    /// otherwise.
+    #[default]
+    Shared,
+    /// Always burn's autodiff over `chunk` copies of the image per backward.
+    Autodiff,
+}
+
+impl std::str::FromStr for Backward {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "shared" => Ok(Self::Shared),
+            "autodiff" => Ok(Self::Autodiff),
+            o => Err(format!(
+                "unknown backward '{o}': expected shared or autodiff"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for Backward {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Shared => "shared",
+            Self::Autodiff => "autodiff",
+        })
+    }
+}
+
 /// The spectrum of one output at one probe image.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct OutputSpectrum {
@@ -254,6 +354,36 @@ pub fn jer_at(
     chunk: usize,
     device: &Device,
 ) -> Result<Vec<OutputSpectrum>, JerError> {
+    jer_at_with(
+        f, None, spec, dims, k, estimator, seed, image, chunk, device,
+    )
+}
+
+/// A model's linearization at one image (`[1, 3, H, W]` on the autodiff device), `None` where
+/// it has none ([`bindscope_models::VisionEncoder::linearize`]).
+pub type Linearize<'a> = &'a dyn Fn(Tensor<4>) -> Option<Linearization>;
+
+/// [`jer_at`], with the vector–Jacobian products taken over one shared forward pass
+/// ([`output_sketch_linearized`], [`input_sketch_linearized`]) when `linearize` gives a
+/// linearization of the probe image; `f` is differentiated with autodiff otherwise. The
+/// numbers are the same either way, to rounding.
+///
+/// # Errors
+/// As [`jer_at`]; [`JerError::Output`] also when the linearization's outputs do not have the
+/// dimensions `dims`.
+#[allow(clippy::too_many_arguments)]
+pub fn jer_at_with(
+    f: &dyn Fn(Tensor<4>) -> Vec<Tensor<2>>,
+    linearize: Option<Linearize<'_>>,
+    spec: &ProbeSpec,
+    dims: &[usize],
+    k: usize,
+    estimator: Estimator,
+    seed: u64,
+    image: u64,
+    chunk: usize,
+    device: &Device,
+) -> Result<Vec<OutputSpectrum>, JerError> {
     for (o, &d) in dims.iter().enumerate() {
         if k < 2 || k > d || k > spec.dim() {
             return Err(JerError::Directions {
@@ -269,6 +399,15 @@ pub fn jer_at(
         Tensor::<1>::from_floats(pixels.as_slice(), &ad).reshape([1, 3, spec.height, spec.width]);
     let m = spec.dim();
     let inner = device.clone().without_autodiff();
+    let lin = linearize.and_then(|l| l(x.clone()));
+    if let Some(lin) = &lin {
+        let got: Vec<usize> = lin.outputs().iter().map(|y| y.dims()[1]).collect();
+        if got != dims {
+            return Err(JerError::Output(format!(
+                "the linearized encoder has outputs of dimensions {got:?}, expected {dims:?}"
+            )));
+        }
+    }
     let mut out = Vec::with_capacity(dims.len());
     for (o, &d) in dims.iter().enumerate() {
         let mut r = probe::rng(seed, image, probe::directions_stream(o, dims.len()));
@@ -276,13 +415,21 @@ pub fn jer_at(
             Estimator::OutputSketch => {
                 let g = Tensor::<1>::from_floats(probe::gaussian(d, k, &mut r).as_slice(), &inner)
                     .reshape([d, k]);
-                (output_sketch(f, &x, o, g, chunk)?, k, m)
+                let s = match &lin {
+                    Some(lin) => output_sketch_linearized(lin, o, g, chunk)?,
+                    None => output_sketch(f, &x, o, g, chunk)?,
+                };
+                (s, k, m)
             }
             Estimator::InputSketch => {
                 let v =
                     Tensor::<1>::from_floats(probe::orthonormal(m, k, &mut r).as_slice(), &inner)
                         .reshape([m, k]);
-                (input_sketch(f, &x, o, d, v, chunk)?, d, k)
+                let s = match &lin {
+                    Some(lin) => input_sketch_linearized(lin, o, d, v, chunk)?,
+                    None => input_sketch(f, &x, o, d, v, chunk)?,
+                };
+                (s, d, k)
             }
         };
         let s = to_host_f32(sketch)?;

@@ -15,8 +15,10 @@
 //! `runs/jer/compare-<timestamp>`).
 
 use crate::probe::{IMAGENET_MEAN, IMAGENET_STD, ProbeSpec};
+use crate::sketch::Linearize;
 use crate::{
-    Estimator, OutputSpectrum, Summary, jer_at, memory, normalized_spectrum, plot, summarize,
+    Backward, Estimator, OutputSpectrum, Summary, jer_at_with, memory, normalized_spectrum, plot,
+    summarize,
 };
 use anyhow::{Context, Result, bail};
 use bindscope_core::CheckpointError;
@@ -26,6 +28,7 @@ use bindscope_core::run::{
     write_csv, write_json,
 };
 use bindscope_data::image::ImageProcessor;
+use bindscope_models::linearize::Outputs;
 use bindscope_models::registry::{Opened, open_vision};
 use bindscope_models::{ForwardOptions, ModelError, VisionEncoder, VisionReadout};
 use burn::prelude::*;
@@ -49,8 +52,12 @@ pub struct Config {
     pub directions: usize,
     /// Which sketch of the Jacobian.
     pub estimator: Estimator,
-    /// Copies of the image per backward pass (bounds peak memory; changes no number).
+    /// Copies of the image per backward pass (bounds peak memory; changes no number). With the
+    /// shared backward, cotangents per pass.
     pub chunk: usize,
+    /// How the vector–Jacobian products are taken (changes no number beyond rounding, so it is
+    /// not part of a run's identity).
+    pub backward: Backward,
     /// Which embedding is differentiated.
     pub output: VisionReadout,
     /// The mean / std the probe is normalized with.
@@ -387,7 +394,17 @@ pub fn check_model(
     let input = config.estimator == Estimator::InputSketch;
     let mut needed = memory::jer_host_bytes(config.image_size, config.directions, input);
     if on_host {
-        needed += memory::jer_device_bytes(&shape, config.image_size, config.chunk);
+        let autodiff = memory::jer_device_bytes(&shape, config.image_size, config.chunk);
+        // With the shared backward a model that offers no linearization falls back to
+        // autodiff: the smaller bound holds either way.
+        needed += match config.backward {
+            Backward::Autodiff => autodiff,
+            Backward::Shared => autodiff.min(memory::jer_shared_device_bytes(
+                &shape,
+                config.image_size,
+                config.chunk,
+            )),
+        };
     }
     memory::ensure_fits(
         needed,
@@ -505,6 +522,16 @@ fn run_model(
     let depth = identity.depth;
     let m: &dyn VisionEncoder = opened.model.as_ref();
     let f = move |x: Tensor<4>| -> Vec<Tensor<2>> { outputs(m, x, readout, depth) };
+    let kind = if depth {
+        Outputs::EveryBlock
+    } else {
+        Outputs::Final
+    };
+    let lin = move |x: Tensor<4>| m.linearize(x, readout, kind);
+    let linearize: Option<Linearize<'_>> = match config.backward {
+        Backward::Shared => Some(&lin),
+        Backward::Autodiff => None,
+    };
     let k = identity.directions;
 
     let identity_json = serde_json::to_value(&identity)?;
@@ -514,6 +541,7 @@ fn run_model(
         "identity": identity_json,
         "model_info": info,
         "chunk": config.chunk,
+        "backward": config.backward,
         "checkpoint_files": opened.checkpoint.weights.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
     }));
     if !dir.join("config.json").exists() {
@@ -550,8 +578,9 @@ fn run_model(
     let pb = progress(total, "images");
     pb.set_position(done.len() as u64);
     for (s, i) in todo {
-        let outputs = jer_at(
+        let outputs = jer_at_with(
             &f,
+            linearize,
             &probe,
             &dims,
             k,
@@ -813,6 +842,7 @@ mod tests {
             directions: 4,
             estimator: Estimator::OutputSketch,
             chunk: 2,
+            backward: Backward::Shared,
             output: VisionReadout::Summary,
             normalize: Normalize::Imagenet,
             depth: false,

@@ -212,6 +212,7 @@ pub fn run(config: &ProbeAllConfig, output: &Output, ctx: &RunContext) -> Result
         directions: j.directions,
         estimator: Estimator::OutputSketch,
         chunk: j.chunk,
+        backward: bindscope_jer::Backward::Shared,
         output: scenes.output,
         normalize: Normalize::Imagenet,
         depth: false,
