@@ -291,26 +291,7 @@ fn check_shared_against_autodiff(name: &str, readouts: &[VisionReadout], sizes: 
                 let depth = kind == Outputs::EveryBlock;
                 let pixels = bindscope_jer::probe::probe_image(&ProbeSpec::paper(h, w), 3, 1);
                 let x = Tensor::<1>::from_floats(pixels.as_slice(), &ad).reshape([1, 3, h, w]);
-                let f = |x: Tensor<4>| -> Vec<Tensor<2>> {
-                    if depth {
-                        let hs = m
-                            .forward_vision(
-                                x,
-                                bindscope_models::ForwardOptions {
-                                    output_hidden_states: true,
-                                    output_attentions: false,
-                                },
-                            )
-                            .hidden_states
-                            .unwrap();
-                        hs.into_iter()
-                            .skip(1)
-                            .map(|h| m.readout(h, readout))
-                            .collect()
-                    } else {
-                        vec![m.embed(x, readout)]
-                    }
-                };
+                let f = |x: Tensor<4>| bindscope_jer::study::outputs(m.as_ref(), x, readout, depth);
                 let lin = m
                     .linearize(x.clone(), readout, kind)
                     .unwrap_or_else(|| panic!("{name} {readout:?} does not linearize"));

@@ -541,14 +541,14 @@ impl VisionEncoder for Dinov2Model {
             .layer
             .iter()
             .map(|l| {
-                let att = &l.attention.attention;
+                let [query, key, value, output] = l.attention.projection_parts();
                 Some(BlockParts {
                     norm1: norm(&l.norm1),
-                    query: LinearParts::new(&att.query),
-                    key: LinearParts::new(&att.key),
-                    value: LinearParts::new(&att.value),
-                    output: LinearParts::new(&l.attention.output.dense),
-                    num_heads: att.num_heads,
+                    query,
+                    key,
+                    value,
+                    output,
+                    num_heads: l.attention.attention.num_heads,
                     attn_bias: None,
                     layer_scale1: Some(l.layer_scale1.lambda1.val().without_autodiff()),
                     norm2: norm(&l.norm2),

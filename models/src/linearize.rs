@@ -9,20 +9,23 @@
 //! carries a batch of `k` cotangents against those shared activations. Only input gradients
 //! are formed: the model is frozen.
 //!
-//! Covered: the pre-norm ViT block of ViT, DINOv2 (layer scale, plain MLP) and CLIP
-//! (`x + attn(ln1(x))`, `x + mlp(ln2(x))`), a patch convolution with kernel = stride, an
-//! optional norm after the embeddings (CLIP's `pre_layrnorm`), and a readout of one token or
-//! the mean of the patch tokens after a final LayerNorm, with an optional projection. A model
-//! returns [`VitParts`] from [`crate::VisionEncoder::linearize`] where it is such a network;
-//! everything else goes through autodiff.
+//! Covered: the pre-norm ViT block (`x + λ₁ ⊙ attn(norm1(x))`, `x + λ₂ ⊙ mlp(norm2(x))`) with
+//! optional layer scale and a constant additive attention bias, a patch convolution with
+//! kernel = stride, an optional norm after the embeddings (CLIP's `pre_layrnorm`), and a readout
+//! of one token, the mean of the patch tokens or an attention pooling head, before or after a
+//! LayerNorm, with an optional projection. That is ViT, DINOv2 (plain MLP), CLIP, SigLIP (MAP
+//! head), ViT-MAE, I-JEPA and BEiT (relative position bias): each builds [`VitParts`] in
+//! [`crate::VisionEncoder::linearize`]; everything else goes through autodiff.
 //!
 //! The derivatives (per token; `x̂ = (x − μ)·r`, `r = (σ² + ε)^-½`, `ḡ` the mean over the
 //! features):
 //! - LayerNorm: `∂x = r · (g_x̂ − ḡ_x̂ − x̂ · mean(g_x̂ ⊙ x̂))` with `g_x̂ = γ ⊙ g`;
 //! - linear `y = x W + b` (burn's `W: [in, out]`): `∂x = g Wᵀ`;
-//! - attention `P = softmax(s · Q Kᵀ)`, `C = P V`: `∂V = Pᵀ ∂C`, `∂P = ∂C Vᵀ`,
+//! - attention `P = softmax(s · Q Kᵀ + B)` (B constant), `C = P V`: `∂V = Pᵀ ∂C`, `∂P = ∂C Vᵀ`,
 //!   `∂S = P ⊙ (∂P − rowsum(∂P ⊙ P))`, `∂Q = s · ∂S K`, `∂K = s · ∂Sᵀ Q`;
-//! - element-wise activations: `∂u = g ⊙ act'(u)` ([`Activation`]'s derivatives below);
+//! - element-wise activations: `∂u = g ⊙ act'(u)` (exact GELU `Φ(u) + u φ(u)`, quick_gelu,
+//!   tanh-GELU, ReLU, SiLU, tanh);
+//! - attention pooling (SigLIP): as attention, with a constant query, so only `∂K` and `∂V`;
 //! - patch convolution (kernel = stride = p, no overlap): each patch token's gradient times the
 //!   flattened kernel `[D, C·p·p]`, folded back onto its `p × p` pixels; pixels beyond the last
 //!   full patch get zero, as the convolution never reads them.

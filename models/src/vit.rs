@@ -391,6 +391,12 @@ pub struct ViTAttention {
 }
 
 impl ViTAttention {
+    /// The query, key, value and output projections as plain tensors ([`crate::linearize`]).
+    pub(crate) fn projection_parts(&self) -> [LinearParts; 4] {
+        let a = &self.attention;
+        [&a.query, &a.key, &a.value, &self.output.dense].map(LinearParts::new)
+    }
+
     /// New self-attention with output projection (`D → D` each).
     pub fn new(spec: &ViTBlockSpec, init: &Initializer, device: &Device) -> Self {
         let d = spec.hidden_size;
@@ -731,14 +737,14 @@ pub(crate) fn linearize_vit_layout(
         .layer
         .iter()
         .map(|l| {
-            let att = &l.attention.attention;
+            let [query, key, value, output] = l.attention.projection_parts();
             BlockParts {
                 norm1: norm(&l.layernorm_before),
-                query: LinearParts::new(&att.query),
-                key: LinearParts::new(&att.key),
-                value: LinearParts::new(&att.value),
-                output: LinearParts::new(&l.attention.output.dense),
-                num_heads: att.num_heads,
+                query,
+                key,
+                value,
+                output,
+                num_heads: l.attention.attention.num_heads,
                 attn_bias: None,
                 layer_scale1: None,
                 norm2: norm(&l.layernorm_after),

@@ -342,7 +342,11 @@ pub fn on_host(ctx: &RunContext) -> bool {
 
 /// The outputs the JER of `config` differentiates, for a batch `x`: the final output, or with
 /// `depth` every block's output read out like the final one (block L is the final output).
-fn outputs(
+/// What [`VisionEncoder::linearize`] with `Outputs::Final` / `Outputs::EveryBlock` computes.
+///
+/// # Shapes
+/// `x: [N, 3, H, W]` → `[N, E]` each.
+pub fn outputs(
     m: &dyn VisionEncoder,
     x: Tensor<4>,
     readout: VisionReadout,
