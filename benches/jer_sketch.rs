@@ -28,6 +28,8 @@ fn bench_model(
     let spec = ProbeSpec::paper(224, 224);
     let f = |x: Tensor<4>| vec![model.embed(x, VisionReadout::Pooled)];
     let lin = |x: Tensor<4>| model.linearize(x, VisionReadout::Pooled, Outputs::Final);
+    let probe = Tensor::<4>::zeros([1, 3, 224, 224], &device);
+    assert!(lin(probe).is_some(), "{name} has no shared backward");
     for (backward, linearize) in [("shared", Some(&lin as Linearize<'_>)), ("autodiff", None)] {
         g.bench_function(format!("{name}_{backward}"), |b| {
             b.iter(|| {

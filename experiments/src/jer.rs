@@ -31,7 +31,8 @@ pub struct JerArgs {
     /// Sketch size k (2 ≤ k ≤ output dimension).
     #[arg(long, default_value_t = 32)]
     directions: usize,
-    /// output-sketch (Gᵀ·J, one batched backward) or input-sketch (J·V, the paper's definition).
+    /// output-sketch (Gᵀ·J, k vector–Jacobian products) or input-sketch (J·V, the paper's
+    /// definition).
     #[arg(long, default_value = "output-sketch")]
     estimator: Estimator,
     /// Directions per backward pass (cotangents through the shared backward, copies of the
@@ -40,8 +41,9 @@ pub struct JerArgs {
     #[arg(long, default_value_t = 8)]
     chunk: usize,
     /// How the vector–Jacobian products are taken: shared (one forward pass and the written-out
-    /// backward of the pre-norm ViTs: ViT, DINOv2, CLIP; autodiff for other models) or
-    /// autodiff (burn's autodiff over --chunk copies of the image). Same numbers to rounding.
+    /// backward of the pre-norm ViTs: ViT, DINOv2, CLIP, SigLIP, ViT-MAE, I-JEPA, BEiT; autodiff
+    /// for other models) or autodiff (burn's autodiff over --chunk copies of the image). Same
+    /// numbers to rounding on the CPU; on a GPU, autodiff's GELU derivative is approximate.
     #[arg(long, default_value = "shared")]
     backward: Backward,
     /// Which embedding: pooled (the model's standard embedding; projected for CLIP), summary

@@ -1083,7 +1083,7 @@ impl VisionEncoder for BeitModel {
                 projection: None,
             },
         };
-        Some(parts.linearize(dims, embeddings, outputs))
+        parts.linearize(dims, embeddings, outputs)
     }
 
     fn info(&self) -> ModelInfo {

@@ -802,7 +802,7 @@ impl VisionEncoder for ClipVisionModel {
         let parts = vision_parts(vm, self.config.layer_norm_eps, pool, projection);
         let dims = pixel_values.dims();
         let embeddings = vm.embeddings.forward(pixel_values.detach());
-        Some(parts.linearize(dims, embeddings, outputs))
+        parts.linearize(dims, embeddings, outputs)
     }
 
     /// `post_layernorm` token-wise (CLIP's `last_hidden_state` has no final norm): `[N, T, D]`.

@@ -586,7 +586,7 @@ impl VisionEncoder for Dinov2Model {
         };
         let dims = pixel_values.dims();
         let embeddings = self.embeddings.forward(pixel_values.detach());
-        Some(parts.linearize(dims, embeddings, outputs))
+        parts.linearize(dims, embeddings, outputs)
     }
 
     fn info(&self) -> ModelInfo {

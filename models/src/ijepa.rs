@@ -221,7 +221,8 @@ impl VisionEncoder for IJepaModel {
         outputs: Outputs,
     ) -> Option<Linearization> {
         let _ = readout;
-        let embeddings = self.embeddings.forward(pixel_values.clone().detach());
+        let dims = pixel_values.dims();
+        let embed = || self.embeddings.forward(pixel_values.detach());
         linearize_vit_layout(
             VitLayout {
                 patch: &self.embeddings.patch_embeddings,
@@ -231,8 +232,8 @@ impl VisionEncoder for IJepaModel {
                 eps: self.config.layer_norm_eps,
             },
             Pool::MeanPatch { prefix: 0 },
-            pixel_values.dims(),
-            embeddings,
+            dims,
+            embed,
             outputs,
         )
     }

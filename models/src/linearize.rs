@@ -540,15 +540,32 @@ fn head_vjp(p: &HeadParts, c: &HeadCache, g: Tensor<2>) -> Tensor<3> {
 }
 
 impl VitParts {
-    /// Runs the forward pass once from `embeddings` (the model's own embedding of `pixel_values`
-    /// `[1, C, H, W]`: `[1, T, D]` tokens before any pre-norm) and keeps what the derivatives
-    /// need.
+    /// Runs the forward pass once from `embeddings` (the model's own embedding of the input of
+    /// dims `pixel_values`, `[1, C, H, W]`: `[1, T, D]` tokens before any pre-norm, the patch
+    /// tokens after the first `prefix`) and keeps what the derivatives need. `None` for a batch
+    /// of more than one image: the kept activations are one image's.
+    ///
+    /// # Panics
+    /// When `embeddings` is not `[1, prefix + ⌊H/p⌋·⌊W/p⌋, D]` for these parts (a model's
+    /// `linearize` passing another model's embeddings).
     pub fn linearize(
         self,
         pixel_values: [usize; 4],
         embeddings: Tensor<3>,
         outputs: Outputs,
-    ) -> Linearization {
+    ) -> Option<Linearization> {
+        let [n, _, hgt, wid] = pixel_values;
+        if n != 1 {
+            return None;
+        }
+        let [_, _, ph, pw] = self.patch_weight.dims();
+        let [en, t, _] = embeddings.dims();
+        assert!(
+            en == 1 && t == self.prefix + (hgt / ph) * (wid / pw),
+            "embeddings {:?} do not fit a {hgt}×{wid} input with {} prefix tokens",
+            embeddings.dims(),
+            self.prefix
+        );
         let mut x = embeddings.without_autodiff();
         let pre_norm = self.pre_norm.as_ref().map(|p| {
             let (y, c) = norm_forward(p, x.clone());
@@ -569,14 +586,14 @@ impl VitParts {
                 outs.push(o);
             }
         }
-        Linearization {
+        Some(Linearization {
             parts: self,
             input: pixel_values,
             pre_norm,
             blocks,
             heads,
             outputs: outs,
-        }
+        })
     }
 }
 
@@ -590,8 +607,8 @@ impl Linearization {
     /// `cotangents`, against the one forward pass.
     ///
     /// # Shapes
-    /// `cotangents: [K, E_o]` → `[K, C·H·W]` (the input's flattening), on the cotangents' device,
-    /// without autodiff.
+    /// `cotangents: [K, E_o]` (on the model's device, autodiff or not) → `[K, C·H·W]` (the
+    /// input's flattening), without autodiff.
     ///
     /// # Errors
     /// [`VjpError`] for an output that does not exist or cotangents of the wrong width.
@@ -792,11 +809,14 @@ mod tests {
             let prefix = g.t([1, 2, 8], &device);
             // 13 × 10 pixels: a 3 × 2 patch grid and pixels no patch reads.
             let x = g.t([1, 3, 13, 10], &device);
-            let lin = p.clone().linearize(
-                [1, 3, 13, 10],
-                embed(&p, &prefix, x.clone()),
-                Outputs::EveryBlock,
-            );
+            let lin = p
+                .clone()
+                .linearize(
+                    [1, 3, 13, 10],
+                    embed(&p, &prefix, x.clone()),
+                    Outputs::EveryBlock,
+                )
+                .unwrap();
             for (o, depth) in [1, 2].into_iter().enumerate() {
                 let y = forward(&p, &prefix, x.clone(), depth);
                 let e = (lin.outputs()[o].clone() - y)
@@ -832,9 +852,18 @@ mod tests {
         let p = parts(&mut g, Activation::Gelu, Pool::Token(0), false, &device);
         let prefix = g.t([1, 2, 8], &device);
         let x = g.t([1, 3, 8, 8], &device);
+        let x2 = g.t([2, 3, 8, 8], &device);
+        let two = embed(&p, &prefix, x2);
+        assert!(
+            p.clone()
+                .linearize([2, 3, 8, 8], two, Outputs::Final)
+                .is_none(),
+            "a batch of two images"
+        );
         let lin = p
             .clone()
-            .linearize([1, 3, 8, 8], embed(&p, &prefix, x), Outputs::Final);
+            .linearize([1, 3, 8, 8], embed(&p, &prefix, x), Outputs::Final)
+            .unwrap();
         let e = lin.vjp(1, g.t([2, 5], &device)).unwrap_err();
         assert!(
             matches!(

@@ -574,7 +574,7 @@ impl VisionEncoder for SiglipVisionModel {
         };
         let dims = pixel_values.dims();
         let embeddings = vm.embeddings.forward(pixel_values.detach());
-        Some(parts.linearize(dims, embeddings, outputs))
+        parts.linearize(dims, embeddings, outputs)
     }
 
     fn info(&self) -> ModelInfo {

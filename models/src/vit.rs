@@ -719,13 +719,14 @@ pub(crate) struct VitLayout<'a> {
 }
 
 /// [`crate::VisionEncoder::linearize`] of a network in ViT's layout, from the model's own
-/// `embeddings` of `pixel_values` (dims `pixel_values`) and the readout `pool` after the final
-/// layernorm; `None` for weights in another dtype than f32.
+/// embedding of the input (`embed`, called once the dtype is known to be f32; dims
+/// `pixel_values`) and the readout `pool` after the final layernorm; `None` for weights in
+/// another dtype than f32.
 pub(crate) fn linearize_vit_layout(
     m: VitLayout<'_>,
     pool: Pool,
     pixel_values: [usize; 4],
-    embeddings: Tensor<3>,
+    embed: impl FnOnce() -> Tensor<3>,
     outputs: Outputs,
 ) -> Option<Linearization> {
     if m.layernorm.gamma.dtype() != burn::tensor::DType::F32 {
@@ -768,7 +769,7 @@ pub(crate) fn linearize_vit_layout(
             projection: None,
         },
     };
-    Some(parts.linearize(pixel_values, embeddings, outputs))
+    parts.linearize(pixel_values, embed(), outputs)
 }
 
 /// Saves any module of this crate (ViT, DINOv2, …) as a safetensors file in the Hugging Face
@@ -822,7 +823,8 @@ impl VisionEncoder for ViTModel {
             VisionReadout::Pooled | VisionReadout::Summary => Pool::Token(0),
             VisionReadout::MeanPatch => Pool::MeanPatch { prefix: 1 },
         };
-        let embeddings = self.embeddings.forward(pixel_values.clone().detach());
+        let dims = pixel_values.dims();
+        let embed = || self.embeddings.forward(pixel_values.detach());
         linearize_vit_layout(
             VitLayout {
                 patch: &self.embeddings.patch_embeddings,
@@ -832,8 +834,8 @@ impl VisionEncoder for ViTModel {
                 eps: self.config.layer_norm_eps,
             },
             pool,
-            pixel_values.dims(),
-            embeddings,
+            dims,
+            embed,
             outputs,
         )
     }

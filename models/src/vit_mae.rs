@@ -269,7 +269,8 @@ impl VisionEncoder for ViTMAEModel {
             VisionReadout::Pooled | VisionReadout::MeanPatch => Pool::MeanPatch { prefix: 1 },
             VisionReadout::Summary => Pool::Token(0),
         };
-        let embeddings = self.embeddings.forward(pixel_values.clone().detach());
+        let dims = pixel_values.dims();
+        let embed = || self.embeddings.forward(pixel_values.detach());
         linearize_vit_layout(
             VitLayout {
                 patch: &self.embeddings.patch_embeddings,
@@ -279,8 +280,8 @@ impl VisionEncoder for ViTMAEModel {
                 eps: self.config.layer_norm_eps,
             },
             pool,
-            pixel_values.dims(),
-            embeddings,
+            dims,
+            embed,
             outputs,
         )
     }

@@ -16,8 +16,9 @@
 //! JER with the shared backward (bindscope_models::linearize: one forward pass at batch 1 kept
 //! once, then a chunk of cotangents through one block at a time):
 //!     L · (heads · T² + 4 · T · D) + chunk · (heads · T² + T · D + 2 · M)
-//!     (the kept forward pass; per cotangent, one block's attention-score gradient and
-//!      its input gradient, the pixel gradient and its flattening)
+//!     (of the kept forward pass, the attention probabilities, q, k, v and one normalised
+//!      input of every block — it keeps more; per cotangent, one block's attention-score
+//!      gradient and its input gradient, the pixel gradient and its flattening)
 //! JER, on the host, once per image:
 //!     M + k · M            (output sketch: the probe and the k × M sketch)
 //!     M + 5 · k · M        (input sketch: the probe, V in f64 twice while orthonormalised, V in f32)

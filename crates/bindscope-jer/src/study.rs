@@ -55,8 +55,11 @@ pub struct Config {
     /// Copies of the image per backward pass (bounds peak memory; changes no number). With the
     /// shared backward, cotangents per pass.
     pub chunk: usize,
-    /// How the vector–Jacobian products are taken (changes no number beyond rounding, so it is
-    /// not part of a run's identity).
+    /// How the vector–Jacobian products are taken. Not part of a run's identity: on the CPU the
+    /// two agree to rounding (1e-6 relative on a real DINOv2); on a GPU backend burn's autodiff
+    /// differentiates exact GELU approximately ([`Backward`]). The backward a model actually
+    /// got is recorded in its `config.json`.
+    #[serde(default)]
     pub backward: Backward,
     /// Which embedding is differentiated.
     pub output: VisionReadout,
@@ -532,7 +535,15 @@ fn run_model(
         Outputs::Final
     };
     let lin = move |x: Tensor<4>| m.linearize(x, readout, kind);
-    let linearize: Option<Linearize<'_>> = match config.backward {
+    // The backward this model actually gets: `shared` only where it offers a linearization
+    // (one forward pass of a zero probe tells), recorded and printed as such.
+    let backward = match config.backward {
+        Backward::Shared if lin(Tensor::<4>::zeros([1, 3, h, w], device)).is_some() => {
+            Backward::Shared
+        }
+        _ => Backward::Autodiff,
+    };
+    let linearize: Option<Linearize<'_>> = match backward {
         Backward::Shared => Some(&lin),
         Backward::Autodiff => None,
     };
@@ -545,7 +556,7 @@ fn run_model(
         "identity": identity_json,
         "model_info": info,
         "chunk": config.chunk,
-        "backward": config.backward,
+        "backward": backward,
         "checkpoint_files": opened.checkpoint.weights.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
     }));
     if !dir.join("config.json").exists() {
@@ -566,7 +577,7 @@ fn run_model(
         .filter(|key| !done.contains_key(key))
         .collect();
     eprintln!(
-        "jer: {spec} ({}; {}×{}; k={k}; {}; {}) → {}{}",
+        "jer: {spec} ({}; {}×{}; k={k}; {}, {backward} backward; {}) → {}{}",
         info.model_type,
         h,
         w,

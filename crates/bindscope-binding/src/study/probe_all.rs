@@ -42,7 +42,7 @@ pub struct JerSettings {
     pub directions: usize,
     /// Seed of the probes and directions.
     pub seed: u64,
-    /// Copies of the image per backward pass (memory only; no number depends on it).
+    /// Directions per backward pass (memory only; no number depends on it).
     pub chunk: usize,
 }
 
