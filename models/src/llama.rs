@@ -47,8 +47,8 @@ use crate::attention::{
     scaled_dot_product_attention,
 };
 use crate::nn::{
-    ACTIVATION_NAMES, Activation, checkpoint_shapes, embedding, linear, linear_rows, rms_norm,
-    rms_norm_hf, to_dtype, to_f32,
+    ACTIVATION_NAMES, Activation, checkpoint_shapes, embedding, linear, linear_rows, matmul_2d,
+    rms_norm, rms_norm_hf, to_dtype, to_f32,
 };
 use crate::{CausalLm, CausalLmOutput, ForwardOptions, LmInput, ModelError, ModelInfo};
 use bindscope_core::{Checkpoint, LoadOptions, load_strict};
@@ -698,10 +698,7 @@ impl LlamaForCausalLM {
                 let [n, t, d] = hidden.dims();
                 let w = self.model.embed_tokens.weight.val(); // [V, D]
                 let v = w.dims()[0];
-                hidden
-                    .reshape([n * t, d])
-                    .matmul(w.transpose())
-                    .reshape([n, t, v])
+                matmul_2d(hidden.reshape([n * t, d]), w.transpose()).reshape([n, t, v])
             }
         };
         to_f32(logits)

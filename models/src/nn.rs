@@ -21,6 +21,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use bindscope_core::{Checkpoint, LoadOptions, load_strict};
+use burn::backend::Flex;
+use burn::backend::flex::FlexTensor;
 use burn::module::Module;
 use burn::nn::{
     Embedding, EmbeddingConfig, Initializer, LayerNorm, LayerNormConfig, Linear, LinearConfig,
@@ -87,7 +89,29 @@ impl Activation {
     }
 
     /// Applies the activation element-wise.
+    ///
+    /// On the CPU (burn-flex, f32) the activation runs in one pass over all of rayon's threads
+    /// (burn-flex's element-wise ops run on one thread). Without autodiff that pass writes the
+    /// values, in place when `x` is not shared. Under autodiff it writes the values `y` and the
+    /// derivatives `d = act'(x)` of the same elements, and the result is `x·d + (y − x·d)` with
+    /// `d` and `y − x·d` constants: the value is `y` (up to one rounding of `x·d + c`) and the
+    /// backward pass multiplies by `d` instead of evaluating burn's activation backward on one
+    /// thread. A non-finite input gives NaN there. Every other tensor (another dtype or device)
+    /// takes burn's activation ops.
     pub fn forward<const D: usize>(self, x: Tensor<D>) -> Tensor<D> {
+        let x = if x.dtype() != DType::F32 {
+            x
+        } else if x.is_autodiff() {
+            match cpu_linearized(x, self.scalar_and_derivative()) {
+                Ok(y) => return y,
+                Err(x) => *x,
+            }
+        } else {
+            match cpu_map(x, self.scalar()) {
+                Ok(y) => return y,
+                Err(x) => *x,
+            }
+        };
         match self {
             Self::QuickGelu => x.clone() * activation::sigmoid(x * 1.702),
             Self::Gelu => activation::gelu(x),
@@ -97,6 +121,161 @@ impl Activation {
             Self::Tanh => activation::tanh(x),
         }
     }
+
+    /// The activation of one f32, as burn's tensor formulas compute it.
+    fn scalar(self) -> fn(f32) -> f32 {
+        match self {
+            Self::QuickGelu => |x| x * sigmoid_f32(x * 1.702),
+            Self::Gelu => |x| 0.5 * x * (1.0 + libm::erff(x / std::f32::consts::SQRT_2)),
+            Self::GeluTanh => |x| x * (gelu_tanh_u(x).tanh() + 1.0) * 0.5,
+            Self::Relu => |x| if x.is_nan() || x > 0.0 { x } else { 0.0 },
+            Self::Silu => |x| x * sigmoid_f32(x),
+            Self::Tanh => f32::tanh,
+        }
+    }
+
+    /// The activation of one f32 and its derivative (PyTorch's backward formulas: `Φ(x) + x φ(x)`
+    /// for GELU, `s + 1.702 x s (1 − s)` for quick_gelu, `s (1 + x (1 − s))` for SiLU,
+    /// `1 − y²` for tanh, the tanh-GELU's chain rule, ReLU's step with 0 at 0).
+    fn scalar_and_derivative(self) -> fn(f32) -> (f32, f32) {
+        match self {
+            Self::QuickGelu => |x| {
+                let s = sigmoid_f32(x * 1.702);
+                (x * s, s + 1.702 * x * s * (1.0 - s))
+            },
+            Self::Gelu => |x| {
+                /// 1/√(2π).
+                const INV_SQRT_2PI: f32 = 0.398_942_3;
+                let cdf = 0.5 * (1.0 + libm::erff(x / std::f32::consts::SQRT_2));
+                let pdf = INV_SQRT_2PI * (-0.5 * x * x).exp();
+                // x·cdf rounds as burn's 0.5·x·(1 + erf): halving is exact.
+                (x * cdf, cdf + x * pdf)
+            },
+            Self::GeluTanh => |x| {
+                let t = gelu_tanh_u(x).tanh();
+                let du = SQRT_2_OVER_PI * (1.0 + 3.0 * 0.044715 * x * x);
+                (
+                    x * (t + 1.0) * 0.5,
+                    0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du,
+                )
+            },
+            Self::Relu => |x| {
+                if x.is_nan() || x > 0.0 {
+                    (x, 1.0)
+                } else {
+                    (0.0, 0.0)
+                }
+            },
+            Self::Silu => |x| {
+                let s = sigmoid_f32(x);
+                (x * s, s * (1.0 + x * (1.0 - s)))
+            },
+            Self::Tanh => |x| {
+                let y = x.tanh();
+                (y, 1.0 - y * y)
+            },
+        }
+    }
+}
+
+/// √(2/π), as burn's `gelu_approximate` has it (an f64 constant, applied in f32).
+const SQRT_2_OVER_PI: f32 =
+    (std::f64::consts::FRAC_2_SQRT_PI * std::f64::consts::FRAC_1_SQRT_2) as f32;
+
+/// The tanh-GELU's argument `√(2/π) (x + 0.044715 x³)`, in burn's order of operations.
+fn gelu_tanh_u(x: f32) -> f32 {
+    (x + x.powf(3.0) * 0.044715) * SQRT_2_OVER_PI
+}
+
+/// The logistic function without overflow: `1 / (1 + e^{-x})` for `x ≥ 0`, `e^x / (1 + e^x)`
+/// below.
+fn sigmoid_f32(x: f32) -> f32 {
+    if x >= 0.0 {
+        1.0 / (1.0 + (-x).exp())
+    } else {
+        let e = x.exp();
+        e / (1.0 + e)
+    }
+}
+
+/// Elements per rayon task of the CPU element-wise passes.
+const MAP_CHUNK: usize = 1 << 14;
+
+/// The f32 burn-flex storage of `t` as one contiguous slice (a copy when it is a strided
+/// view), with its shape.
+fn dense_f32(t: FlexTensor) -> (FlexTensor, usize, burn::tensor::Shape) {
+    let t = if t.is_contiguous() {
+        t
+    } else {
+        t.to_contiguous()
+    };
+    let shape = t.layout().shape().clone();
+    let start = t.layout().start_offset();
+    (t, start, shape)
+}
+
+/// `f` applied to every element of an f32 burn-flex tensor not tracked by autodiff, split over
+/// rayon's threads, in place when the storage is not shared; `Err(x)`, untouched, for any other
+/// tensor.
+fn cpu_map<const D: usize>(x: Tensor<D>, f: fn(f32) -> f32) -> Result<Tensor<D>, Box<Tensor<D>>> {
+    use rayon::prelude::*;
+    let Ok(mut t) = x.clone().try_into_primitive::<Flex>() else {
+        return Err(Box::new(x));
+    };
+    drop(x);
+    let n = t.layout().num_elements();
+    if t.is_contiguous()
+        && t.layout().start_offset() == 0
+        && let Some(data) = t.try_storage_mut::<f32>()
+    {
+        data[..n]
+            .par_chunks_mut(MAP_CHUNK)
+            .for_each(|c| c.iter_mut().for_each(|v| *v = f(*v)));
+        return Ok(Tensor::from_primitive::<Flex>(t));
+    }
+    let (t, start, shape) = dense_f32(t);
+    let src = &t.storage::<f32>()[start..start + n];
+    let mut out = vec![0f32; n];
+    out.par_chunks_mut(MAP_CHUNK)
+        .zip(src.par_chunks(MAP_CHUNK))
+        .for_each(|(o, i)| o.iter_mut().zip(i).for_each(|(o, &v)| *o = f(v)));
+    Ok(Tensor::from_primitive::<Flex>(FlexTensor::from_data(
+        TensorData::new(out, shape),
+    )))
+}
+
+/// `act(x)` for an autodiff tensor on burn-flex as `x·d + c`, with `d = act'(x)` and
+/// `c = act(x) − x·d` computed in one parallel pass and held as constants; `Err(x)`, untouched,
+/// when `x` is not on burn-flex.
+fn cpu_linearized<const D: usize>(
+    x: Tensor<D>,
+    f: fn(f32) -> (f32, f32),
+) -> Result<Tensor<D>, Box<Tensor<D>>> {
+    use rayon::prelude::*;
+    let Ok(t) = x.clone().inner().try_into_primitive::<Flex>() else {
+        return Err(Box::new(x));
+    };
+    let n = t.layout().num_elements();
+    let (t, start, shape) = dense_f32(t);
+    let src = &t.storage::<f32>()[start..start + n];
+    let (mut d, mut c) = (vec![0f32; n], vec![0f32; n]);
+    d.par_chunks_mut(MAP_CHUNK)
+        .zip(c.par_chunks_mut(MAP_CHUNK))
+        .zip(src.par_chunks(MAP_CHUNK))
+        .for_each(|((d, c), i)| {
+            for ((d, c), &v) in d.iter_mut().zip(c.iter_mut()).zip(i) {
+                let (y, dy) = f(v);
+                *d = dy;
+                *c = y - v * dy;
+            }
+        });
+    let constant = |v: Vec<f32>| {
+        Tensor::<D>::from_primitive::<Flex>(FlexTensor::from_data(TensorData::new(
+            v,
+            shape.clone(),
+        )))
+    };
+    Ok(x * constant(d) + constant(c))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -149,9 +328,93 @@ pub fn linear_rows<const D: usize>(lin: &Linear, x: Tensor<D>) -> Tensor<D> {
     let mut dims = x.dims();
     let d_in = dims[D - 1];
     let rows = dims[..D - 1].iter().product::<usize>();
-    let y = lin.forward(x.reshape([rows, d_in]));
+    let x = x.reshape([rows, d_in]);
+    let y = if rows <= FEW_ROWS {
+        let y = matmul_2d(x, lin.weight.val());
+        match &lin.bias {
+            Some(b) => y + b.val().unsqueeze(),
+            None => y,
+        }
+    } else {
+        lin.forward(x)
+    };
     dims[D - 1] = y.dims()[1];
     y.reshape(dims)
+}
+
+/// Row counts up to which [`matmul_2d`] hands a CPU f32 product to faer: burn-flex's gemm runs
+/// a product of one or a few rows (a decoding step's projections and LM head) on one core.
+pub const FEW_ROWS: usize = 16;
+
+/// `lhs @ rhs` for `lhs: [m, k]`, `rhs: [k, n]` → `[m, n]`. On the CPU (burn-flex, f32, no
+/// autodiff) with `m ≤` [`FEW_ROWS`] the product runs in faer over all of rayon's threads,
+/// reading both operands in place (any positive strides, e.g. a transposed weight): burn-flex's
+/// gemm keeps such matrix–vector products on one core. Elsewhere — more rows, another dtype or
+/// device, a tensor tracked by autodiff — it is `lhs.matmul(rhs)`. The two paths agree up to the
+/// summation order.
+///
+/// # Panics
+/// When the inner dimensions differ (as `Tensor::matmul`).
+pub fn matmul_2d(lhs: Tensor<2>, rhs: Tensor<2>) -> Tensor<2> {
+    let ([m, k], [k2, n]) = (lhs.dims(), rhs.dims());
+    assert_eq!(k, k2, "matmul_2d: [{m}, {k}] @ [{k2}, {n}]");
+    if m <= FEW_ROWS
+        && lhs.dtype() == DType::F32
+        && rhs.dtype() == DType::F32
+        && let (Ok(a), Ok(b)) = (
+            lhs.clone().try_into_primitive::<Flex>(),
+            rhs.clone().try_into_primitive::<Flex>(),
+        )
+        && let Some(out) = few_rows_product(&a, &b)
+    {
+        return Tensor::from_primitive::<Flex>(out);
+    }
+    lhs.matmul(rhs)
+}
+
+/// A read-only faer view of a rank-2 f32 burn-flex tensor, `None` for a negative stride (a
+/// flipped view) or a layout that would read past its storage.
+fn faer_view(t: &FlexTensor) -> Option<faer::MatRef<'_, f32>> {
+    let layout = t.layout();
+    let shape = layout.shape();
+    let strides = layout.strides();
+    if shape.num_dims() != 2 || strides.iter().any(|&s| s < 0) {
+        return None;
+    }
+    let data: &[f32] = t.storage();
+    let (rows, cols) = (shape[0], shape[1]);
+    let last = layout.start_offset()
+        + rows.saturating_sub(1) * strides[0] as usize
+        + cols.saturating_sub(1) * strides[1] as usize;
+    if rows == 0 || cols == 0 || last >= data.len() {
+        return None;
+    }
+    // SAFETY: every element `start + i·rs + j·cs` (i < rows, j < cols) lies in `data`, checked
+    // above against the largest one; the view borrows `t`, which owns the storage.
+    Some(unsafe {
+        faer::MatRef::from_raw_parts(
+            data.as_ptr().add(layout.start_offset()),
+            rows,
+            cols,
+            strides[0],
+            strides[1],
+        )
+    })
+}
+
+fn few_rows_product(a: &FlexTensor, b: &FlexTensor) -> Option<FlexTensor> {
+    let (lhs, rhs) = (faer_view(a)?, faer_view(b)?);
+    let (m, n) = (lhs.nrows(), rhs.ncols());
+    let mut out = vec![0f32; m * n];
+    faer::linalg::matmul::matmul(
+        faer::MatMut::from_row_major_slice_mut(&mut out, m, n),
+        faer::Accum::Replace,
+        lhs,
+        rhs,
+        1.0f32,
+        faer::Par::rayon(0),
+    );
+    Some(FlexTensor::from_data(TensorData::new(out, [m, n])))
 }
 
 /// `nn.LayerNorm(d, eps)`: γ = 1, β = 0 (checkpoint values replace them).
@@ -538,4 +801,135 @@ pub fn load_module<M: Module>(
         opts.only = default_only.iter().map(|s| s.to_string()).collect();
     }
     Ok(load_strict(module, &ckpt.weights, &opts)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::Rng;
+
+    /// `n` seeded values in `[-scale, scale)`.
+    fn values(seed: u64, n: usize, scale: f32) -> Vec<f32> {
+        let mut rng = bindscope_core::rng::stream(seed, &[]);
+        (0..n)
+            .map(|_| (rng.random::<f32>() * 2.0 - 1.0) * scale)
+            .collect()
+    }
+
+    fn close(got: Tensor<2>, want: Tensor<2>, rel: f32) {
+        let (g, w): (Vec<f32>, Vec<f32>) = (
+            got.into_data().try_into_vec::<f32>().unwrap(),
+            want.into_data().try_into_vec::<f32>().unwrap(),
+        );
+        assert_eq!(g.len(), w.len());
+        let scale = w.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-30);
+        for (i, (a, b)) in g.iter().zip(&w).enumerate() {
+            assert!((a - b).abs() <= rel * scale, "element {i}: {a} vs {b}");
+        }
+    }
+
+    /// burn's own activation ops, which the CPU paths stand in for.
+    fn burn_activation(act: Activation, x: Tensor<2>) -> Tensor<2> {
+        match act {
+            Activation::QuickGelu => x.clone() * activation::sigmoid(x * 1.702),
+            Activation::Gelu => activation::gelu(x),
+            Activation::GeluTanh => activation::gelu_approximate(x),
+            Activation::Relu => activation::relu(x),
+            Activation::Silu => activation::silu(x),
+            Activation::Tanh => activation::tanh(x),
+        }
+    }
+
+    const ACTIVATIONS: [Activation; 6] = [
+        Activation::QuickGelu,
+        Activation::Gelu,
+        Activation::GeluTanh,
+        Activation::Relu,
+        Activation::Silu,
+        Activation::Tanh,
+    ];
+
+    /// The CPU path of every activation against burn's ops on a dense, a shared and a
+    /// transposed input; the shared input is left as it was.
+    #[test]
+    fn cpu_activations_match_burns_ops() {
+        let flex = Device::flex();
+        let v = values(3, 40 * 70, 12.0);
+        let x = || Tensor::<1>::from_floats(v.as_slice(), &flex).reshape([40, 70]);
+        let xt = || {
+            Tensor::<1>::from_floats(v.as_slice(), &flex)
+                .reshape([70, 40])
+                .transpose()
+        };
+        for act in ACTIVATIONS {
+            let want = burn_activation(act, x());
+            close(act.forward(x()), want.clone(), 1e-6);
+            let kept = x();
+            close(act.forward(kept.clone()), want, 1e-6);
+            close(kept, x(), 0.0);
+            close(act.forward(xt()), burn_activation(act, xt()), 1e-6);
+        }
+    }
+
+    /// Under autodiff the linearised CPU path gives burn's values and burn's input gradient
+    /// (`∂ Σ w ⊙ act(x) / ∂x`), on a dense and on a transposed input.
+    #[test]
+    fn cpu_activations_under_autodiff_match_burns_values_and_gradients() {
+        let device = Device::flex().autodiff();
+        let v = values(7, 40 * 70, 8.0);
+        let w =
+            Tensor::<1>::from_floats(values(8, 40 * 70, 1.0).as_slice(), &device).reshape([40, 70]);
+        for act in ACTIVATIONS {
+            for transposed in [false, true] {
+                let run = |ours: bool| {
+                    let x = Tensor::<1>::from_floats(v.as_slice(), &device);
+                    let x = if transposed {
+                        x.reshape([70, 40]).transpose()
+                    } else {
+                        x.reshape([40, 70])
+                    }
+                    .require_grad();
+                    let y = if ours {
+                        act.forward(x.clone())
+                    } else {
+                        burn_activation(act, x.clone())
+                    };
+                    let grads = (y.clone() * w.clone()).sum().backward();
+                    let g = x.grad(&grads).expect("x's gradient");
+                    let flex = Device::flex();
+                    (
+                        Tensor::<2>::from_data(y.inner().into_data(), &flex),
+                        Tensor::<2>::from_data(g.into_data(), &flex),
+                    )
+                };
+                let ((y, g), (y_ref, g_ref)) = (run(true), run(false));
+                close(y, y_ref, 1e-6);
+                close(g, g_ref, 1e-5);
+            }
+        }
+    }
+
+    /// The faer product of a few rows against burn's gemm: plain and transposed weights, one to
+    /// `FEW_ROWS` rows, and a sliced (offset) left operand.
+    #[test]
+    fn few_row_products_match_burns_matmul() {
+        let flex = Device::flex();
+        let (k, n) = (96, 130);
+        let w = Tensor::<1>::from_floats(values(5, k * n, 1.0).as_slice(), &flex).reshape([k, n]);
+        let wt = Tensor::<1>::from_floats(values(6, k * n, 1.0).as_slice(), &flex)
+            .reshape([n, k])
+            .transpose();
+        for m in [1, 3, FEW_ROWS] {
+            let x = Tensor::<1>::from_floats(values(m as u64, (m + 2) * k, 1.0).as_slice(), &flex)
+                .reshape([m + 2, k])
+                .slice(1..m + 1);
+            for rhs in [w.clone(), wt.clone()] {
+                let a = x.clone().try_into_primitive::<Flex>().unwrap();
+                let b = rhs.clone().try_into_primitive::<Flex>().unwrap();
+                assert!(few_rows_product(&a, &b).is_some(), "m = {m}: the faer path");
+                let want = x.clone().matmul(rhs.clone());
+                close(matmul_2d(x.clone(), rhs), want, 1e-6);
+            }
+        }
+    }
 }
