@@ -31,7 +31,7 @@
 //!   full patch get zero, as the convolution never reads them.
 
 use crate::attention::{merge_heads, split_heads};
-use crate::nn::Activation;
+use crate::nn::{Activation, softmax_vjp};
 use burn::nn::{LayerNorm, Linear};
 use burn::prelude::*;
 use burn::tensor::activation::{sigmoid, softmax};
@@ -406,8 +406,7 @@ fn block_vjp(b: &BlockParts, c: &BlockCache, g: Tensor<3>) -> Tensor<3> {
     let gctx = split_heads(linear_vjp(&b.output, scaled(g.clone(), &b.layer_scale1)), h); // [K, H, T, Dh]
     let gp = gctx.clone().matmul(c.v.clone().swap_dims(2, 3)); // [K, H, T, T]
     let gv = c.probs.clone().swap_dims(2, 3).matmul(gctx);
-    let row = (gp.clone() * c.probs.clone()).sum_dim(3);
-    let gs = (gp - row) * c.probs.clone() * scale;
+    let gs = softmax_vjp(gp, c.probs.clone(), scale);
     let gq = gs.clone().matmul(c.k.clone());
     let gk = gs.swap_dims(2, 3).matmul(c.q.clone());
     let gh = linear_vjp(&b.query, merge_heads(gq))
@@ -459,8 +458,7 @@ fn map_vjp(m: &MapParts, c: &MapCache, g: Tensor<3>) -> Tensor<3> {
     let gctx = split_heads(linear_vjp(&m.output, ga), h); // [K, H, 1, Dh]
     let gp = gctx.clone().matmul(c.v.clone().swap_dims(2, 3)); // [K, H, 1, T]
     let gv = c.probs.clone().swap_dims(2, 3).matmul(gctx); // [K, H, T, Dh]
-    let row = (gp.clone() * c.probs.clone()).sum_dim(3);
-    let gs = (gp - row) * c.probs.clone() * scale;
+    let gs = softmax_vjp(gp, c.probs.clone(), scale);
     let gk = gs.swap_dims(2, 3).matmul(c.q.clone()); // [K, H, T, Dh]
     linear_vjp(&m.key, merge_heads(gk)) + linear_vjp(&m.value, merge_heads(gv))
 }

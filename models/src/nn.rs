@@ -422,6 +422,79 @@ pub fn layer_norm(d: usize, eps: f64, device: &Device) -> LayerNorm {
     LayerNormConfig::new(d).with_epsilon(eps).init(device)
 }
 
+/// The input gradient of a softmax over the last axis, scaled: `(g − Σ_j g_j p_j) ⊙ p · scale`
+/// for the cotangent `g` of `p = softmax(s · scale)` (the attention scores' VJP).
+///
+/// On the CPU (burn-flex, f32, no autodiff) the rows run in one rayon-parallel pass, in place in
+/// `g` when it is not shared; elsewhere it is burn's element-wise ops (about five passes over
+/// `g`, on one thread on burn-flex).
+///
+/// # Shapes
+/// `g: [..., T]`, `p`: the same shape, or the same with a leading 1 (one set of probabilities
+/// for every cotangent of a batch) → `g`'s shape.
+pub fn softmax_vjp<const D: usize>(g: Tensor<D>, p: Tensor<D>, scale: f64) -> Tensor<D> {
+    let (gd, pd) = (g.dims(), p.dims());
+    let broadcast = pd[0] == 1 && gd[1..] == pd[1..];
+    if (gd == pd || broadcast)
+        && g.dtype() == DType::F32
+        && p.dtype() == DType::F32
+        && let Ok(pt) = p.clone().try_into_primitive::<Flex>()
+    {
+        match cpu_softmax_vjp(g, &pt, scale as f32) {
+            Ok(out) => return out,
+            Err(g) => return softmax_vjp_ops(*g, p, scale),
+        }
+    }
+    softmax_vjp_ops(g, p, scale)
+}
+
+fn softmax_vjp_ops<const D: usize>(g: Tensor<D>, p: Tensor<D>, scale: f64) -> Tensor<D> {
+    let row = (g.clone() * p.clone()).sum_dim(D - 1);
+    (g - row) * p * scale
+}
+
+/// [`softmax_vjp`]'s CPU pass; `Err(g)` when `g` is not an f32 burn-flex tensor.
+fn cpu_softmax_vjp<const D: usize>(
+    g: Tensor<D>,
+    p: &FlexTensor,
+    scale: f32,
+) -> Result<Tensor<D>, Box<Tensor<D>>> {
+    use rayon::prelude::*;
+    let Ok(gt) = g.clone().try_into_primitive::<Flex>() else {
+        return Err(Box::new(g));
+    };
+    drop(g);
+    let t = gt.layout().shape()[D - 1];
+    let (pt, p_start, _) = dense_f32(p.clone());
+    let p_len = pt.layout().num_elements();
+    let probs = &pt.storage::<f32>()[p_start..p_start + p_len];
+    let row = |g: &mut [f32], i: usize| {
+        let p = &probs[(i * t) % p_len..][..t];
+        let dot: f32 = g.iter().zip(p).map(|(a, b)| a * b).sum();
+        for (g, &p) in g.iter_mut().zip(p) {
+            *g = (*g - dot) * p * scale;
+        }
+    };
+    let (mut gt, g_start, shape) = dense_f32(gt);
+    let n = gt.layout().num_elements();
+    if g_start == 0
+        && let Some(data) = gt.try_storage_mut::<f32>()
+    {
+        data[..n]
+            .par_chunks_mut(t)
+            .enumerate()
+            .for_each(|(i, g)| row(g, i));
+        return Ok(Tensor::from_primitive::<Flex>(gt));
+    }
+    let mut out = gt.storage::<f32>()[g_start..g_start + n].to_vec();
+    out.par_chunks_mut(t)
+        .enumerate()
+        .for_each(|(i, g)| row(g, i));
+    Ok(Tensor::from_primitive::<Flex>(FlexTensor::from_data(
+        TensorData::new(out, shape),
+    )))
+}
+
 /// RMSNorm `x / sqrt(mean(x²) + eps) · γ` (transformers `LlamaRMSNorm`), γ = 1.
 pub fn rms_norm(d: usize, eps: f64, device: &Device) -> RmsNorm {
     RmsNormConfig::new(d).with_epsilon(eps).init(device)
@@ -906,6 +979,30 @@ mod tests {
                 close(y, y_ref, 1e-6);
                 close(g, g_ref, 1e-5);
             }
+        }
+    }
+
+    /// The softmax VJP's CPU pass against burn's ops, with probabilities of the same shape and
+    /// broadcast over the leading axis, and a shared cotangent left as it was.
+    #[test]
+    fn softmax_vjp_matches_burns_ops() {
+        let flex = Device::flex();
+        let (k, h, t) = (3, 2, 37);
+        let g = || {
+            Tensor::<1>::from_floats(values(11, k * h * t * t, 2.0).as_slice(), &flex)
+                .reshape([k, h, t, t])
+        };
+        for lead in [1, k] {
+            let s = Tensor::<1>::from_floats(values(12, lead * h * t * t, 4.0).as_slice(), &flex)
+                .reshape([lead, h, t, t]);
+            let p = activation::softmax(s, 3);
+            let want = softmax_vjp_ops(g(), p.clone(), 0.125);
+            let kept = g();
+            let got = softmax_vjp(kept.clone(), p.clone(), 0.125);
+            let flat = |x: Tensor<4>| x.reshape([k * h * t, t]);
+            close(flat(got), flat(want.clone()), 1e-6);
+            close(flat(kept), flat(g()), 0.0);
+            close(flat(softmax_vjp(g(), p, 0.125)), flat(want), 1e-6);
         }
     }
 
