@@ -34,7 +34,7 @@ use crate::attention::{merge_heads, split_heads};
 use crate::nn::{Activation, softmax_vjp};
 use burn::nn::{LayerNorm, Linear};
 use burn::prelude::*;
-use burn::tensor::activation::{sigmoid, softmax};
+use burn::tensor::activation::softmax;
 
 /// Why a vector–Jacobian product was refused.
 #[derive(Debug, thiserror::Error)]
@@ -321,46 +321,6 @@ fn norm_vjp(p: &NormParts, c: &NormCache, g: Tensor<3>) -> Tensor<3> {
     (gx - m1 - c.xhat.clone() * m2) * c.rstd.clone()
 }
 
-/// `act(u)` and `act'(u)`.
-fn activation_with_grad(act: Activation, u: Tensor<3>) -> (Tensor<3>, Tensor<3>) {
-    match act {
-        Activation::Gelu => {
-            // Φ(u) + u φ(u)
-            let cdf = ((u.clone() * std::f64::consts::FRAC_1_SQRT_2).erf() + 1.0) * 0.5;
-            let pdf = (u.clone().square() * -0.5).exp()
-                * (0.5 * std::f64::consts::FRAC_2_SQRT_PI * std::f64::consts::FRAC_1_SQRT_2);
-            (u.clone() * cdf.clone(), cdf + u * pdf)
-        }
-        Activation::QuickGelu => {
-            let s = sigmoid(u.clone() * 1.702);
-            let grad = s.clone() + u.clone() * s.clone() * (s.clone().neg() + 1.0) * 1.702;
-            (u * s, grad)
-        }
-        Activation::GeluTanh => {
-            let c = (2.0 / std::f64::consts::PI).sqrt();
-            let u3 = u.clone().powi_scalar(3);
-            let t = ((u.clone() + u3 * 0.044715) * c).tanh();
-            let dt = (t.clone().square().neg() + 1.0)
-                * ((u.clone().square() * (3.0 * 0.044715) + 1.0) * c);
-            let y = u.clone() * (t.clone() + 1.0) * 0.5;
-            (y, (t + 1.0) * 0.5 + u * dt * 0.5)
-        }
-        Activation::Relu => {
-            let pos = u.clone().greater_elem(0.0).float();
-            (u * pos.clone(), pos)
-        }
-        Activation::Silu => {
-            let s = sigmoid(u.clone());
-            let grad = s.clone() * (u.clone() * (s.clone().neg() + 1.0) + 1.0);
-            (u * s, grad)
-        }
-        Activation::Tanh => {
-            let t = u.tanh();
-            (t.clone(), t.square().neg() + 1.0)
-        }
-    }
-}
-
 fn block_forward(b: &BlockParts, x: Tensor<3>) -> (Tensor<3>, BlockCache) {
     let [_, _, d] = x.dims();
     let h = b.num_heads;
@@ -378,7 +338,7 @@ fn block_forward(b: &BlockParts, x: Tensor<3>) -> (Tensor<3>, BlockCache) {
     let ctx = merge_heads(probs.clone().matmul(v.clone()));
     let x = x + scaled(linear(&b.output, ctx), &b.layer_scale1);
     let (h2, n2) = norm_forward(&b.norm2, x.clone());
-    let (a, act_grad) = activation_with_grad(b.act, linear(&b.fc1, h2));
+    let (a, act_grad) = b.act.forward_with_derivative(linear(&b.fc1, h2));
     let y = x + scaled(linear(&b.fc2, a), &b.layer_scale2);
     (
         y,
@@ -434,7 +394,7 @@ fn map_forward(m: &MapParts, z: Tensor<3>) -> (Tensor<3>, MapCache) {
     let probs = softmax(q.clone().matmul(k.clone().swap_dims(2, 3)) * scale, 3);
     let a = linear(&m.output, merge_heads(probs.clone().matmul(v.clone())));
     let (an, norm) = norm_forward(&m.norm, a.clone());
-    let (u, act_grad) = activation_with_grad(m.act, linear(&m.fc1, an));
+    let (u, act_grad) = m.act.forward_with_derivative(linear(&m.fc1, an));
     let y = a + linear(&m.fc2, u);
     (
         y,

@@ -102,9 +102,9 @@ impl Activation {
         let x = if x.dtype() != DType::F32 {
             x
         } else if x.is_autodiff() {
-            match cpu_linearized(x, self.scalar_and_derivative()) {
-                Ok(y) => return y,
-                Err(x) => *x,
+            match cpu_value_and_derivative(&x, self.scalar_and_derivative()) {
+                Some((y, _)) => return y,
+                None => x,
             }
         } else {
             match cpu_map(x, self.scalar()) {
@@ -120,6 +120,57 @@ impl Activation {
             Self::Silu => activation::silu(x),
             Self::Tanh => activation::tanh(x),
         }
+    }
+
+    /// `(act(u), act'(u))`, element-wise: the value as [`Self::forward`] gives it (tracked
+    /// when `u` is) and the derivative PyTorch's backward uses, as a constant. On the CPU
+    /// (burn-flex, f32) both come from one parallel pass; elsewhere from burn's tensor ops.
+    ///
+    /// # Shapes
+    /// `u: [...]` → two tensors of `u`'s shape.
+    pub fn forward_with_derivative<const D: usize>(self, u: Tensor<D>) -> (Tensor<D>, Tensor<D>) {
+        if u.dtype() == DType::F32
+            && let Some(pair) = cpu_value_and_derivative(&u, self.scalar_and_derivative())
+        {
+            return pair;
+        }
+        let (y, d) = match self {
+            Self::Gelu => {
+                // Φ(u) + u φ(u)
+                let cdf = ((u.clone() * std::f64::consts::FRAC_1_SQRT_2).erf() + 1.0) * 0.5;
+                let pdf = (u.clone().square() * -0.5).exp()
+                    * (0.5 * std::f64::consts::FRAC_2_SQRT_PI * std::f64::consts::FRAC_1_SQRT_2);
+                (u.clone() * cdf.clone(), cdf + u * pdf)
+            }
+            Self::QuickGelu => {
+                let s = activation::sigmoid(u.clone() * 1.702);
+                let grad = s.clone() + u.clone() * s.clone() * (s.clone().neg() + 1.0) * 1.702;
+                (u * s, grad)
+            }
+            Self::GeluTanh => {
+                let c = (2.0 / std::f64::consts::PI).sqrt();
+                let u3 = u.clone().powi_scalar(3);
+                let t = ((u.clone() + u3 * 0.044715) * c).tanh();
+                let dt = (t.clone().square().neg() + 1.0)
+                    * ((u.clone().square() * (3.0 * 0.044715) + 1.0) * c);
+                let y = u.clone() * (t.clone() + 1.0) * 0.5;
+                (y, (t + 1.0) * 0.5 + u * dt * 0.5)
+            }
+            Self::Relu => {
+                let pos = u.clone().greater_elem(0.0).float();
+                (u * pos.clone(), pos)
+            }
+            Self::Silu => {
+                let s = activation::sigmoid(u.clone());
+                let grad = s.clone() * (u.clone() * (s.clone().neg() + 1.0) + 1.0);
+                (u * s, grad)
+            }
+            Self::Tanh => {
+                let t = u.tanh();
+                (t.clone(), t.square().neg() + 1.0)
+            }
+        };
+        (y, d.detach())
     }
 
     /// The activation of one f32, as burn's tensor formulas compute it.
@@ -244,38 +295,51 @@ fn cpu_map<const D: usize>(x: Tensor<D>, f: fn(f32) -> f32) -> Result<Tensor<D>,
     )))
 }
 
-/// `act(x)` for an autodiff tensor on burn-flex as `x·d + c`, with `d = act'(x)` and
-/// `c = act(x) − x·d` computed in one parallel pass and held as constants; `Err(x)`, untouched,
-/// when `x` is not on burn-flex.
-fn cpu_linearized<const D: usize>(
-    x: Tensor<D>,
-    f: fn(f32) -> (f32, f32),
-) -> Result<Tensor<D>, Box<Tensor<D>>> {
+/// Two element-wise outputs `(a, b) = f(x)` of an f32 burn-flex tensor, in one rayon-parallel
+/// pass; `None` when `x` (its autodiff-free inner tensor) is not on burn-flex.
+fn cpu_pair<const D: usize>(
+    x: &Tensor<D>,
+    f: impl Fn(f32) -> (f32, f32) + Sync,
+) -> Option<(Tensor<D>, Tensor<D>)> {
     use rayon::prelude::*;
-    let Ok(t) = x.clone().inner().try_into_primitive::<Flex>() else {
-        return Err(Box::new(x));
-    };
+    let t = x.clone().inner().try_into_primitive::<Flex>().ok()?;
     let n = t.layout().num_elements();
     let (t, start, shape) = dense_f32(t);
     let src = &t.storage::<f32>()[start..start + n];
-    let (mut d, mut c) = (vec![0f32; n], vec![0f32; n]);
-    d.par_chunks_mut(MAP_CHUNK)
-        .zip(c.par_chunks_mut(MAP_CHUNK))
+    let (mut a, mut b) = (vec![0f32; n], vec![0f32; n]);
+    a.par_chunks_mut(MAP_CHUNK)
+        .zip(b.par_chunks_mut(MAP_CHUNK))
         .zip(src.par_chunks(MAP_CHUNK))
-        .for_each(|((d, c), i)| {
-            for ((d, c), &v) in d.iter_mut().zip(c.iter_mut()).zip(i) {
-                let (y, dy) = f(v);
-                *d = dy;
-                *c = y - v * dy;
+        .for_each(|((a, b), i)| {
+            for ((a, b), &v) in a.iter_mut().zip(b.iter_mut()).zip(i) {
+                (*a, *b) = f(v);
             }
         });
-    let constant = |v: Vec<f32>| {
+    let tensor = |v: Vec<f32>| {
         Tensor::<D>::from_primitive::<Flex>(FlexTensor::from_data(TensorData::new(
             v,
             shape.clone(),
         )))
     };
-    Ok(x * constant(d) + constant(c))
+    Some((tensor(a), tensor(b)))
+}
+
+/// `(act(x), act'(x))` for an f32 tensor on burn-flex from one parallel pass; `None` on any
+/// other device. Under autodiff the value is `x·d + c` with `d = act'(x)` and
+/// `c = act(x) − x·d` held as constants: the same value up to one rounding, and a backward that
+/// is one product.
+fn cpu_value_and_derivative<const D: usize>(
+    x: &Tensor<D>,
+    f: fn(f32) -> (f32, f32),
+) -> Option<(Tensor<D>, Tensor<D>)> {
+    if !x.is_autodiff() {
+        return cpu_pair(x, f);
+    }
+    let (d, c) = cpu_pair(x, |v| {
+        let (y, dy) = f(v);
+        (dy, y - v * dy)
+    })?;
+    Some((x.clone() * d.clone() + c, d))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -945,10 +1009,12 @@ mod tests {
     }
 
     /// Under autodiff the linearised CPU path gives burn's values and burn's input gradient
-    /// (`∂ Σ w ⊙ act(x) / ∂x`), on a dense and on a transposed input.
+    /// (`∂ Σ w ⊙ act(x) / ∂x`), and `forward_with_derivative` gives burn's value and derivative,
+    /// on a dense and on a transposed input.
     #[test]
     fn cpu_activations_under_autodiff_match_burns_values_and_gradients() {
-        let device = Device::flex().autodiff();
+        let flex = Device::flex();
+        let device = flex.clone().autodiff();
         let v = values(7, 40 * 70, 8.0);
         let w =
             Tensor::<1>::from_floats(values(8, 40 * 70, 1.0).as_slice(), &device).reshape([40, 70]);
@@ -976,8 +1042,22 @@ mod tests {
                     )
                 };
                 let ((y, g), (y_ref, g_ref)) = (run(true), run(false));
-                close(y, y_ref, 1e-6);
+                close(y.clone(), y_ref.clone(), 1e-6);
                 close(g, g_ref, 1e-5);
+                // The value and derivative of one pass, against burn's value and its gradient
+                // with unit weights.
+                let x = Tensor::<1>::from_floats(v.as_slice(), &device);
+                let x = if transposed {
+                    x.reshape([70, 40]).transpose()
+                } else {
+                    x.reshape([40, 70])
+                }
+                .require_grad();
+                let grads = burn_activation(act, x.clone()).sum().backward();
+                let d_ref = Tensor::<2>::from_data(x.grad(&grads).unwrap().into_data(), &flex);
+                let (y, d) = act.forward_with_derivative(x);
+                close(Tensor::from_data(y.into_data(), &flex), y_ref, 1e-6);
+                close(Tensor::from_data(d.into_data(), &flex), d_ref, 1e-5);
             }
         }
     }
