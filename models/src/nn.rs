@@ -487,7 +487,8 @@ pub fn layer_norm(d: usize, eps: f64, device: &Device) -> LayerNorm {
 }
 
 /// The input gradient of a softmax over the last axis, scaled: `(g − Σ_j g_j p_j) ⊙ p · scale`
-/// for the cotangent `g` of `p = softmax(s · scale)` (the attention scores' VJP).
+/// for the cotangent `g` of `p = softmax(s · scale)`: `g` times the softmax Jacobian
+/// `diag(p) − p pᵀ`, times `scale` (the attention scores' VJP of the shared JER backward).
 ///
 /// On the CPU (burn-flex, f32, no autodiff) the rows run in one rayon-parallel pass, in place in
 /// `g` when it is not shared; elsewhere it is burn's element-wise ops (about five passes over
