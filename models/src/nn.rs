@@ -1021,14 +1021,17 @@ mod tests {
             Tensor::<1>::from_floats(values(8, 40 * 70, 1.0).as_slice(), &device).reshape([40, 70]);
         for act in ACTIVATIONS {
             for transposed in [false, true] {
-                let run = |ours: bool| {
+                let input = || {
                     let x = Tensor::<1>::from_floats(v.as_slice(), &device);
-                    let x = if transposed {
+                    if transposed {
                         x.reshape([70, 40]).transpose()
                     } else {
                         x.reshape([40, 70])
                     }
-                    .require_grad();
+                    .require_grad()
+                };
+                let run = |ours: bool| {
+                    let x = input();
                     let y = if ours {
                         act.forward(x.clone())
                     } else {
@@ -1047,13 +1050,7 @@ mod tests {
                 close(g, g_ref, 1e-5);
                 // The value and derivative of one pass, against burn's value and its gradient
                 // with unit weights.
-                let x = Tensor::<1>::from_floats(v.as_slice(), &device);
-                let x = if transposed {
-                    x.reshape([70, 40]).transpose()
-                } else {
-                    x.reshape([40, 70])
-                }
-                .require_grad();
+                let x = input();
                 let grads = burn_activation(act, x.clone()).sum().backward();
                 let d_ref = Tensor::<2>::from_data(x.grad(&grads).unwrap().into_data(), &flex);
                 let (y, d) = act.forward_with_derivative(x);
