@@ -659,3 +659,74 @@ fn convnext_processor_matches_transformers() {
         (ResizeTo::ShortestEdge(256), (224, 224), true)
     );
 }
+
+/// `LlavaOnevisionImageProcessorPil` (fixture `llava_onevision`, `gen/llava_onevision.py`): the
+/// base view and the AnyRes tiles of two images on a tiny config (one padded top and bottom,
+/// one left and right) and of a 200x150 image on the class defaults (384, 36 pinpoints;
+/// compared on every 7th row and column), each to 1e-5, with the image sizes.
+#[test]
+fn llava_onevision_anyres_matches_transformers_pil_processor() {
+    use bindscope_data::image::AnyresProcessor;
+    let dir = fixture("llava_onevision");
+    let r = crate::common::Reference::open("llava_onevision");
+    let tiny = AnyresProcessor::from_file(dir.join("preprocessor_config.json")).unwrap();
+    assert_eq!(tiny.image_grid_pinpoints, vec![[32, 64], [64, 64]]);
+    for key in ["a", "b"] {
+        let img = decode_file(dir.join(format!("image_{key}.png")), &DecodeOptions::hf()).unwrap();
+        let got = tiny.preprocess(&img).unwrap();
+        let (shape, want) = r.f32(&format!("{key}.pixel_values"));
+        assert_eq!(got.pixel_values.shape.to_vec(), shape, "{key}: shape");
+        let err = max_abs_err(key, &got.pixel_values.data, &want);
+        assert!(err <= 1e-5, "{key}: pixel_values differ by {err}");
+        let (_, size) = r.i64(&format!("{key}.image_sizes"));
+        assert_eq!(
+            got.image_size.map(|s| s as i64).to_vec(),
+            size,
+            "{key}: image_sizes"
+        );
+    }
+    let real = AnyresProcessor::defaults();
+    let img = decode_file(dir.join("real.png"), &DecodeOptions::hf()).unwrap();
+    let got = real.preprocess(&img).unwrap();
+    let (shape, want) = r.f32("real.pixel_values_sub");
+    let [v, c, h, w] = got.pixel_values.shape;
+    assert_eq!(
+        shape,
+        vec![v, c, h.div_ceil(7), w.div_ceil(7)],
+        "default processor: views"
+    );
+    let mut sub = Vec::with_capacity(want.len());
+    for i in 0..v * c {
+        for y in (0..h).step_by(7) {
+            for x in (0..w).step_by(7) {
+                sub.push(got.pixel_values.data[(i * h + y) * w + x]);
+            }
+        }
+    }
+    let err = max_abs_err("real", &sub, &want);
+    assert!(
+        err <= 1e-5,
+        "default processor: pixel_values differ by {err}"
+    );
+    let (_, size) = r.i64("real.image_sizes");
+    assert_eq!(got.image_size.map(|s| s as i64).to_vec(), size);
+}
+
+/// Bad `image_grid_pinpoints` and sizes are refused naming the field.
+#[test]
+fn llava_onevision_processor_config_errors_name_the_field() {
+    use bindscope_data::image::AnyresProcessor;
+    let base = serde_json::json!({"size": {"height": 32, "width": 32}});
+    let with = |k: &str, v: serde_json::Value| {
+        let mut c = base.clone();
+        c[k] = v;
+        AnyresProcessor::from_json(&c).unwrap_err().to_string()
+    };
+    assert!(
+        with("image_grid_pinpoints", serde_json::json!([[32, 48]]))
+            .contains("image_grid_pinpoints[0]")
+    );
+    assert!(with("image_grid_pinpoints", serde_json::json!([])).contains("empty"));
+    assert!(with("size", serde_json::json!({"height": 32, "width": 64})).contains("square"));
+    assert!(with("size", serde_json::json!({"shortest_edge": 32})).contains("shortest_edge"));
+}

@@ -43,6 +43,7 @@ pub mod generate;
 pub mod ijepa;
 pub mod linearize;
 pub mod llama;
+pub mod llava_onevision;
 pub mod nn;
 pub mod qwen2;
 pub mod qwen3;

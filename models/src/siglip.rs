@@ -200,6 +200,21 @@ impl Default for SiglipTextConfig {
 
 impl SiglipVisionConfig {
     fn dims(&self, file: &Path) -> Result<EncoderDims, ModelError> {
+        let dims = self.encoder_dims(file)?;
+        if !self.vision_use_head {
+            return Err(ModelError::Unsupported {
+                file: file.display().to_string(),
+                message:
+                    "vision_use_head = false (no MAP head, hence no pooled output) is not supported"
+                        .into(),
+            });
+        }
+        Ok(dims)
+    }
+
+    /// The block stack's sizes, with or without the MAP head (a tower inside a vision–language
+    /// model, such as LLaVA-OneVision's, has none).
+    pub(crate) fn encoder_dims(&self, file: &Path) -> Result<EncoderDims, ModelError> {
         check_sizes(file, self.hidden_size, self.num_attention_heads, &[])?;
         if self.patch_size == 0 || !self.image_size.is_multiple_of(self.patch_size) {
             return Err(ModelError::Unsupported {
@@ -208,14 +223,6 @@ impl SiglipVisionConfig {
                     "vision patch_size {} does not divide image_size {}",
                     self.patch_size, self.image_size
                 ),
-            });
-        }
-        if !self.vision_use_head {
-            return Err(ModelError::Unsupported {
-                file: file.display().to_string(),
-                message:
-                    "vision_use_head = false (no MAP head, hence no pooled output) is not supported"
-                        .into(),
             });
         }
         Ok(EncoderDims {
@@ -258,6 +265,23 @@ pub struct SiglipVisionEmbeddings {
 }
 
 impl SiglipVisionEmbeddings {
+    /// Zero-initialised embeddings for `cfg`'s channels, width, patch and training grid.
+    pub(crate) fn new(cfg: &SiglipVisionConfig, device: &Device) -> Self {
+        let d = cfg.hidden_size;
+        let grid = cfg.image_size / cfg.patch_size;
+        Self {
+            patch_embedding: Conv2dConfig::new(
+                [cfg.num_channels, d],
+                [cfg.patch_size, cfg.patch_size],
+            )
+            .with_stride([cfg.patch_size, cfg.patch_size])
+            .with_bias(true)
+            .with_initializer(Initializer::Zeros)
+            .init(device),
+            position_embedding: embedding(grid * grid, d, device),
+        }
+    }
+
     /// `[N, C, H, W]` → `[N, (H/p)·(W/p), D]`; positions are interpolated bicubically when the
     /// grid differs from the training grid (transformers `interpolate_pos_encoding=True`). The
     /// pixels are cast to the patch embedding's dtype; the tokens come out in it.
@@ -375,19 +399,8 @@ pub struct SiglipVisionTransformer {
 impl SiglipVisionTransformer {
     fn new(cfg: &SiglipVisionConfig, dims: &EncoderDims, device: &Device) -> Self {
         let d = cfg.hidden_size;
-        let grid = cfg.image_size / cfg.patch_size;
         Self {
-            embeddings: SiglipVisionEmbeddings {
-                patch_embedding: Conv2dConfig::new(
-                    [cfg.num_channels, d],
-                    [cfg.patch_size, cfg.patch_size],
-                )
-                .with_stride([cfg.patch_size, cfg.patch_size])
-                .with_bias(true)
-                .with_initializer(Initializer::Zeros)
-                .init(device),
-                position_embedding: embedding(grid * grid, d, device),
-            },
+            embeddings: SiglipVisionEmbeddings::new(cfg, device),
             encoder: ClipEncoder::new(dims, device),
             post_layernorm: layer_norm(d, cfg.layer_norm_eps, device),
             head: SiglipMapHead {

@@ -22,6 +22,7 @@
 //!   derivations, kept bit for bit).
 
 pub mod alloc;
+pub mod anyres;
 pub mod checkpoint;
 pub mod device;
 pub mod fsutil;

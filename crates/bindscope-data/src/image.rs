@@ -58,10 +58,12 @@
 //! # Ok(()) }
 //! ```
 
+pub mod anyres;
 mod decode;
 mod processor;
 mod resample;
 
+pub use anyres::{AnyresPixels, AnyresProcessor};
 pub use processor::{
     ImageProcessor, PixelBatch, PixelValues, ProcessorKind, ResizeTo, center_crop,
 };

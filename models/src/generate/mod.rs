@@ -419,7 +419,17 @@ pub fn generate(
     let n = prompts.len();
     let (ids, mask, pos, p) = left_pad(prompts, opts.pad_token_id);
     let prefix = LmInput::Ids(int2(ids, [n, p], device));
-    decode_loop(model, prefix, prompts, mask, pos, [n, p], opts, device)
+    decode_loop(
+        model,
+        prefix,
+        prompts,
+        mask,
+        pos,
+        [n, p],
+        opts,
+        device,
+        None,
+    )
 }
 
 /// Generates after `inputs_embeds: [N, T, D]` (an injected embedding, an image's tokens, or a
@@ -433,6 +443,29 @@ pub fn generate_from_embeds(
     inputs_embeds: Tensor<3>,
     attention_mask: &[Vec<u8>],
     opts: &GenerateOptions,
+) -> Result<Vec<Generation>, GenerateError> {
+    generate_from_embeds_observed(model, inputs_embeds, attention_mask, opts, None)
+}
+
+/// The attention probabilities of one forward pass of the decoding loop: `L` tensors
+/// `[N, H, T, P + T]` (f32), one per layer. Step 0 is the prompt (`T` = its length, `P` = 0);
+/// step `s ≥ 1` is the pass over the `s`-th generated token (`T` = 1 through the cache; without
+/// it, `use_cache = false`, the whole sequence again), what transformers'
+/// `generate(output_attentions=True, return_dict_in_generate=True).attentions[s]` holds.
+pub type AttentionObserver<'a> = &'a mut dyn FnMut(usize, Vec<Tensor<4>>);
+
+/// [`generate_from_embeds`], handing every forward pass's attention probabilities to
+/// `observer` (see [`AttentionObserver`]) when one is given: the passes then compute the
+/// probabilities explicitly (no fused attention). The generated ids are the same.
+///
+/// # Errors
+/// As [`generate_from_embeds`].
+pub fn generate_from_embeds_observed(
+    model: &dyn CausalLm,
+    inputs_embeds: Tensor<3>,
+    attention_mask: &[Vec<u8>],
+    opts: &GenerateOptions,
+    observer: Option<AttentionObserver<'_>>,
 ) -> Result<Vec<Generation>, GenerateError> {
     let [n, t, _] = inputs_embeds.dims();
     validate(model, n, t, opts)?;
@@ -465,6 +498,7 @@ pub fn generate_from_embeds(
         [n, t],
         opts,
         &device,
+        observer,
     )
 }
 
@@ -481,7 +515,17 @@ fn decode_loop(
     [n, p]: [usize; 2],
     opts: &GenerateOptions,
     device: &Device,
+    mut observer: Option<AttentionObserver<'_>>,
 ) -> Result<Vec<Generation>, GenerateError> {
+    let fwd = ForwardOptions {
+        output_hidden_states: false,
+        output_attentions: observer.is_some(),
+    };
+    let mut observe = |step: usize, attentions: Option<Vec<Tensor<4>>>| {
+        if let (Some(o), Some(a)) = (observer.as_mut(), attentions) {
+            o(step, a);
+        }
+    };
     let mut out: Vec<Generation> = (0..n)
         .map(|r| Generation {
             prompt_ids: prompt_ids[r].clone(),
@@ -514,9 +558,10 @@ fn decode_loop(
         ints(mask.clone(), [n, p]),
         ints(pos.clone(), [n, p]),
         &mut cache,
-        ForwardOptions::default(),
+        fwd,
         1,
     )?;
+    observe(0, first.attentions);
     let mut logits = last_logits(first.logits)?;
     let mut width = p;
     for step in 0..opts.max_new_tokens {
@@ -594,7 +639,7 @@ fn decode_loop(
                 ints(mask.clone(), [n, width]),
                 ints(step_pos, [n, 1]),
                 &mut cache,
-                ForwardOptions::default(),
+                fwd,
                 1,
             )?
         } else {
@@ -619,10 +664,11 @@ fn decode_loop(
                 ints(mask.clone(), [n, width]),
                 ints(all_pos, [n, width]),
                 &mut fresh,
-                ForwardOptions::default(),
+                fwd,
                 1,
             )?
         };
+        observe(step + 1, res.attentions);
         logits = last_logits(res.logits)?;
     }
     Ok(out)

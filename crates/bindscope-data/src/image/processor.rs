@@ -77,6 +77,10 @@ pub enum ProcessorKind {
     /// in f32), `Normalize` with the ImageNet mean / std. Not read from a config file: see
     /// [`ImageProcessor::for_checkpoint`].
     TorchvisionImageNet,
+    /// `LlavaOnevisionImageProcessor` (PIL backend): its base view, a resize to
+    /// `{height, width}` (default bicubic 384 x 384, no aspect preservation), OpenAI CLIP
+    /// mean / std, no crop. The AnyRes tiles around it are [`super::anyres`]'s.
+    LlavaOnevision,
 }
 
 impl ProcessorKind {
@@ -96,12 +100,13 @@ impl ProcessorKind {
             "ViTImageProcessor" | "ViTFeatureExtractor" => Self::Vit,
             "ConvNextImageProcessor" | "ConvNextFeatureExtractor" => Self::ConvNext,
             "BeitImageProcessor" | "BeitFeatureExtractor" => Self::Beit,
+            "LlavaOnevisionImageProcessor" => Self::LlavaOnevision,
             _ => {
                 return Err(ImageError::Config {
                     path: None,
                     message: format!(
                         "image processor '{name}' is not supported (CLIPImageProcessor, SiglipImageProcessor, \
-                         BitImageProcessor, ViTImageProcessor, ConvNextImageProcessor, BeitImageProcessor)"
+                         BitImageProcessor, ViTImageProcessor, ConvNextImageProcessor, BeitImageProcessor, LlavaOnevisionImageProcessor)"
                     ),
                 });
             }
@@ -233,6 +238,16 @@ impl ImageProcessor {
                 false,
                 IMAGENET_STANDARD,
                 IMAGENET_STANDARD,
+            ),
+            ProcessorKind::LlavaOnevision => (
+                ResizeTo::Exact {
+                    height: 384,
+                    width: 384,
+                },
+                Filter::Bicubic,
+                false,
+                OPENAI_CLIP_MEAN,
+                OPENAI_CLIP_STD,
             ),
             ProcessorKind::TorchvisionImageNet => (
                 ResizeTo::ShortestEdge(256),
@@ -508,14 +523,22 @@ impl ImageProcessor {
                 };
             }
         }
-        if matches!(kind, ProcessorKind::Siglip | ProcessorKind::Vit)
-            && matches!(p.size, ResizeTo::ShortestEdge(_))
+        if matches!(
+            kind,
+            ProcessorKind::Siglip | ProcessorKind::Vit | ProcessorKind::LlavaOnevision
+        ) && matches!(p.size, ResizeTo::ShortestEdge(_))
         {
             return Err(cfg_err(
                 None,
-                format!(
-                    "{kind:?} processor needs size {{height, width}}; shortest_edge is rejected by transformers"
-                ),
+                if kind == ProcessorKind::LlavaOnevision {
+                    "LlavaOnevision processor: only size {height, width} is supported (the \
+                     released checkpoints' form); size {shortest_edge} is not"
+                        .to_string()
+                } else {
+                    format!(
+                        "{kind:?} processor needs size {{height, width}}; shortest_edge is rejected by transformers"
+                    )
+                },
             ));
         }
         if crop_class && let Some(c) = obj.get("crop_size").filter(|v| !v.is_null()) {
