@@ -378,3 +378,19 @@ pub fn load_dir(dir: impl AsRef<Path>, opts: &DecodeOptions) -> Result<DirLoad, 
         not_files,
     })
 }
+
+/// Writes `img` as an 8-bit RGB PNG (the `image` crate's encoder, default compression).
+///
+/// # Errors
+/// [`ImageError::Io`] naming `path` when encoding or writing fails.
+pub fn save_png(img: &RgbImage, path: impl AsRef<Path>) -> Result<(), ImageError> {
+    let path = path.as_ref();
+    let io = |e: String| ImageError::Io {
+        path: path.to_path_buf(),
+        source: std::io::Error::other(e),
+    };
+    let buf = image::RgbImage::from_raw(img.width as u32, img.height as u32, img.data.clone())
+        .ok_or_else(|| io("image buffer has the wrong size".into()))?;
+    buf.save_with_format(path, image::ImageFormat::Png)
+        .map_err(|e| io(e.to_string()))
+}

@@ -1,0 +1,273 @@
+//! Against the numpy / Pillow / transformers reference of `tests/fixtures/gen/cooco.py`
+//! (fixture `tests/fixtures/cooco`): preparation byte for byte, boxes, prompts and KOSMOS-2
+//! cells exactly, noise byte for byte given numpy's draws; the dataset checks and the
+//! `prepare` run on the fixture and on broken copies of it.
+
+use crate::dataset::{self, RelLevel};
+use crate::prepare::{NoiseArea, apply_noise_with, prepare};
+use crate::prompt::{Family, kosmos_patch_indices, normalized_box, region_prompt};
+use crate::{PrepareConfig, PromptLine, run_prepare};
+use bindscope_data::image::{DecodeOptions, decode_file};
+use std::path::{Path, PathBuf};
+
+fn fixture() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/cooco")
+}
+
+fn reference() -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(fixture().join("reference.json")).unwrap())
+        .unwrap()
+}
+
+#[test]
+fn the_fixture_loads_with_its_excluded_record_counted() {
+    let ds = dataset::load(&fixture(), false).unwrap();
+    let files: Vec<&str> = ds.records.iter().map(|r| r.file.as_str()).collect();
+    assert_eq!(
+        files,
+        [
+            "1001_kitchen_cup_high.jpg",
+            "1002_street_car_clean.jpg",
+            "1003_bedroom_lamp_low.jpg"
+        ]
+    );
+    assert_eq!(ds.excluded, 1);
+    assert_eq!(ds.records[0].rel_level, RelLevel::High);
+    assert_eq!(ds.records[0].expected_label(), "bowl");
+    assert_eq!(ds.records[1].expected_label(), "car");
+    assert_eq!(ds.records[0].size, [660, 120]);
+}
+
+#[test]
+fn preparation_boxes_and_prompts_match_the_python_reference() {
+    let ds = dataset::load(&fixture(), false).unwrap();
+    let r = reference();
+    for rec in &ds.records {
+        let want = &r[&rec.file];
+        let img = decode_file(ds.image_path(rec), &DecodeOptions::hf()).unwrap();
+        let p = prepare(&img, rec.target_bbox).unwrap();
+        let stem = rec.file.trim_end_matches(".jpg");
+        let pillow = decode_file(
+            fixture().join(format!("prepared/{stem}.png")),
+            &DecodeOptions::hf(),
+        )
+        .unwrap();
+        assert_eq!(p.image, pillow, "{}: prepared pixels", rec.file);
+        let boxes: Vec<f64> = want["box"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .collect();
+        assert_eq!(p.bbox.to_vec(), boxes, "{}: box", rec.file);
+        assert_eq!(p.resized, want["resized"].as_bool().unwrap());
+        let size = [p.image.width, p.image.height];
+        let norm: Vec<f64> = want["box_normalized"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .collect();
+        assert_eq!(normalized_box(p.bbox, size).to_vec(), norm, "{}", rec.file);
+        assert_eq!(
+            region_prompt(Family::LlavaOnevision, p.bbox, size),
+            want["llava_prompt"].as_str().unwrap(),
+            "{}",
+            rec.file
+        );
+        let (w, h) = (size[0] as f64, size[1] as f64);
+        let b = p.bbox;
+        let cells = kosmos_patch_indices(
+            [b[0] / w, b[1] / h, (b[0] + b[2]) / w, (b[1] + b[3]) / h],
+            32,
+        );
+        let want_cells: Vec<usize> = want["kosmos_patch_index"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap() as usize)
+            .collect();
+        assert_eq!(cells.to_vec(), want_cells, "{}: KOSMOS-2 cells", rec.file);
+        let kosmos = region_prompt(Family::Kosmos2, p.bbox, size);
+        assert!(
+            kosmos.contains(&format!("<patch_index_{:04}>", cells[0])),
+            "{kosmos}"
+        );
+    }
+}
+
+#[test]
+fn noise_matches_numpy_given_the_same_draws() {
+    let ds = dataset::load(&fixture(), false).unwrap();
+    let rec = &ds.records[1];
+    let img = decode_file(ds.image_path(rec), &DecodeOptions::hf()).unwrap();
+    let p = prepare(&img, rec.target_bbox).unwrap();
+    let bytes = std::fs::read(fixture().join("noise.safetensors")).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    for (area, name) in [
+        (NoiseArea::Target, "target"),
+        (NoiseArea::Context, "context"),
+        (NoiseArea::All, "all"),
+    ] {
+        let draws: Vec<f64> = st
+            .tensor(&format!("{name}.draws"))
+            .unwrap()
+            .data()
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64)
+            .collect();
+        let want = st
+            .tensor(&format!("{name}.noised"))
+            .unwrap()
+            .data()
+            .to_vec();
+        let mut img = p.image.clone();
+        let mut it = draws.iter().copied();
+        apply_noise_with(&mut img, p.bbox, area, 0.5, &mut || {
+            it.next().expect("enough draws")
+        });
+        assert!(it.next().is_none(), "{name}: every draw used");
+        assert_eq!(img.data, want, "{name}: noised pixels");
+        // The other area's pixels are untouched.
+        let changed = img
+            .data
+            .iter()
+            .zip(&p.image.data)
+            .filter(|(a, b)| a != b)
+            .count();
+        assert!(changed > 0, "{name}: noise changed nothing");
+    }
+    let mut img = p.image.clone();
+    apply_noise_with(
+        &mut img,
+        p.bbox,
+        NoiseArea::All,
+        0.0,
+        &mut || unreachable!(),
+    );
+    assert_eq!(img, p.image, "level 0 draws nothing and changes nothing");
+}
+
+/// A copy of the fixture's dataset with `metadata.json` edited.
+fn broken(edit: impl FnOnce(&mut serde_json::Value, &Path)) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("images")).unwrap();
+    for e in std::fs::read_dir(fixture().join("images")).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), dir.path().join("images").join(e.file_name())).unwrap();
+    }
+    let mut meta: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture().join("metadata.json")).unwrap())
+            .unwrap();
+    edit(&mut meta, dir.path());
+    std::fs::write(dir.path().join("metadata.json"), meta.to_string()).unwrap();
+    dir
+}
+
+#[test]
+fn invalid_records_are_named_or_skipped_and_listed() {
+    let dir = broken(|m, root| {
+        m["1001_kitchen_cup_high.jpg"]["target_bbox"] = serde_json::json!([600, 10, 100, 10]);
+        m["1002_street_car_clean.jpg"]["rel_level"] = "medium".into();
+        m["1003_bedroom_lamp_low.jpg"]["target_bbox"] = serde_json::json!([1, 1, 0, 5]);
+        m["9999_park_dog_low.jpg"] = m["1003_bedroom_lamp_low.jpg"].clone();
+        m["9998_park_dog_high.jpg"] = m["1003_bedroom_lamp_low.jpg"].clone();
+        m["9998_park_dog_high.jpg"]["target_bbox"] = serde_json::json!([1, 1, 2, 2]);
+        std::fs::write(root.join("images/9998_park_dog_high.jpg"), b"not an image").unwrap();
+    });
+    let err = dataset::load(dir.path(), false).unwrap_err().to_string();
+    for needle in [
+        "5 invalid record(s)",
+        "1001_kitchen_cup_high.jpg: target_bbox [600.0, 10.0, 100.0, 10.0]",
+        "not inside the 660x120 image",
+        "unknown rel_level 'medium'",
+        "1003_bedroom_lamp_low.jpg: target_bbox [1.0, 1.0, 0.0, 5.0] must be finite with a positive",
+        "9999_park_dog_low.jpg: image",
+        "is missing",
+        "9998_park_dog_high.jpg: image",
+        "not readable",
+    ] {
+        assert!(err.contains(needle), "missing '{needle}' in:\n{err}");
+    }
+    // With skip_invalid nothing usable is left: an error, not an empty run.
+    let err = dataset::load(dir.path(), true).unwrap_err().to_string();
+    assert!(err.contains("no usable record"), "{err}");
+    let dir = broken(|m, _| {
+        m["1003_bedroom_lamp_low.jpg"]["rel_level"] = "medium".into();
+    });
+    let ds = dataset::load(dir.path(), true).unwrap();
+    assert_eq!(ds.records.len(), 2);
+    assert_eq!(ds.invalid.len(), 1);
+    assert_eq!(ds.invalid[0].file, "1003_bedroom_lamp_low.jpg");
+    let dir = broken(|m, _| *m = serde_json::json!([1, 2]));
+    let err = dataset::load(dir.path(), false).unwrap_err().to_string();
+    assert!(
+        err.contains("metadata.json") && err.contains("keyed by image file name"),
+        "{err}"
+    );
+}
+
+#[test]
+fn prepare_run_writes_images_and_prompts_deterministically() {
+    let run = |area: NoiseArea, seed: u64| {
+        let out = tempfile::tempdir().unwrap();
+        let cfg = PrepareConfig {
+            data: fixture(),
+            out: out.path().to_path_buf(),
+            family: Family::LlavaOnevision,
+            area,
+            level: 0.5,
+            seed,
+            skip_invalid: false,
+        };
+        let s = run_prepare(&cfg).unwrap();
+        assert_eq!((s.prepared, s.excluded), (3, 1));
+        let lines: Vec<PromptLine> = std::fs::read_to_string(&s.prompts)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let png = std::fs::read(out.path().join(&lines[1].prepared)).unwrap();
+        // A second run into the same directory is refused.
+        assert!(
+            run_prepare(&cfg)
+                .unwrap_err()
+                .to_string()
+                .contains("exists")
+        );
+        (lines, png)
+    };
+    let (lines, a) = run(NoiseArea::Target, 1);
+    assert_eq!(lines.len(), 3);
+    let r = reference();
+    assert_eq!(
+        lines[1].prompt,
+        r["1002_street_car_clean.jpg"]["llava_prompt"]
+            .as_str()
+            .unwrap()
+    );
+    assert_eq!(lines[1].size, [64, 64]);
+    assert_eq!(
+        (lines[0].expected.as_str(), lines[0].rel_level.as_str()),
+        ("bowl", "high")
+    );
+    let (_, b) = run(NoiseArea::Target, 1);
+    assert_eq!(a, b, "same seed, same noise");
+    let (_, c) = run(NoiseArea::Target, 2);
+    assert_ne!(a, c, "another seed, other noise");
+    let bad = PrepareConfig {
+        data: fixture(),
+        out: tempfile::tempdir().unwrap().path().join("x"),
+        family: Family::Molmo,
+        area: NoiseArea::All,
+        level: -1.0,
+        seed: 0,
+        skip_invalid: false,
+    };
+    assert!(
+        run_prepare(&bad)
+            .unwrap_err()
+            .to_string()
+            .contains("noise level -1")
+    );
+}

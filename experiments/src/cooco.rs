@@ -1,0 +1,83 @@
+//! `experiments cooco …`: the COOCO study's commands. `prepare` writes the study's prepared
+//! images (resized, padded, noised) and the region prompts of one model family
+//! (`bindscope_cooco::run_prepare`). This module maps the arguments to the config.
+
+use anyhow::Result;
+use bindscope_cooco::prepare::NoiseArea;
+use bindscope_cooco::prompt::Family;
+use bindscope_cooco::{PrepareConfig, run_prepare};
+use std::path::PathBuf;
+
+/// Arguments of `experiments cooco`.
+#[derive(clap::Args, Debug)]
+pub struct CoocoArgs {
+    #[command(subcommand)]
+    command: CoocoCommand,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum CoocoCommand {
+    /// Prepare every image for one noise condition: OUT/images/*.png (resized to at most 640
+    /// wide with Lanczos, padded to a grey square, noised) and OUT/prompts.jsonl (image,
+    /// prepared, family, prompt, box, box_normalized, size, area, level, scene, target,
+    /// expected, rel_level).
+    Prepare(PrepareArgs),
+}
+
+/// Arguments of `experiments cooco prepare`.
+#[derive(clap::Args, Debug)]
+pub struct PrepareArgs {
+    /// The dataset directory: metadata.json and images/ (COOCO's release layout).
+    #[arg(long)]
+    data: PathBuf,
+    /// Output directory (must not hold a prompts.jsonl).
+    #[arg(long)]
+    out: PathBuf,
+    /// Region syntax of the prompts: llava-onevision, qwen2.5-vl, kosmos-2 or molmo.
+    #[arg(long, default_value = "llava-onevision")]
+    family: String,
+    /// Where the noise goes: none, target, context or all.
+    #[arg(long, default_value = "none")]
+    area: String,
+    /// Noise level λ: the standard deviation in units of 255 (the study: 0, 0.5, 1).
+    #[arg(long, default_value_t = 0.0)]
+    level: f64,
+    /// Seed of the per-(image, area, level) noise streams.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Leave invalid records out (listed in OUT/invalid.json) instead of failing.
+    #[arg(long)]
+    skip_invalid: bool,
+}
+
+/// Runs `experiments cooco …` (no device: the commands read and write files).
+///
+/// # Errors
+/// Bad options, an invalid dataset, unreadable images.
+pub fn run(args: CoocoArgs) -> Result<()> {
+    match args.command {
+        CoocoCommand::Prepare(a) => {
+            let cfg = PrepareConfig {
+                data: a.data,
+                out: a.out,
+                family: Family::parse(&a.family)?,
+                area: NoiseArea::parse(&a.area)?,
+                level: a.level,
+                seed: a.seed,
+                skip_invalid: a.skip_invalid,
+            };
+            let s = run_prepare(&cfg)?;
+            println!(
+                "prepared {} images ({} excluded by the metadata, {} invalid left out) -> {}",
+                s.prepared,
+                s.excluded,
+                s.invalid.len(),
+                s.prompts.display()
+            );
+            for i in &s.invalid {
+                println!("  left out {}: {}", i.file, i.reason);
+            }
+            Ok(())
+        }
+    }
+}
