@@ -1,10 +1,12 @@
 //! `experiments cooco …`: the COOCO study's commands. `prepare` writes the study's prepared
 //! images (resized, padded, noised) and the region prompts of one model family
-//! (`bindscope_cooco::run_prepare`). This module maps the arguments to the config.
+//! (`bindscope_cooco::run_prepare`); `score` scores any model's answers with a CLIP checkpoint
+//! (`bindscope_cooco::score`). This module maps the arguments to the config.
 
 use anyhow::Result;
 use bindscope_cooco::prepare::NoiseArea;
 use bindscope_cooco::prompt::Family;
+use bindscope_cooco::score::{ScoreConfig, run_score};
 use bindscope_cooco::{PrepareConfig, run_prepare};
 use std::path::PathBuf;
 
@@ -22,6 +24,35 @@ enum CoocoCommand {
     /// prepared, family, prompt, box, box_normalized, size, area, level, scene, target,
     /// expected, rel_level).
     Prepare(PrepareArgs),
+    /// Score predictions made by any model (JSONL: image, prediction, target, scene,
+    /// references) with a CLIP checkpoint: CLIPScore, RefCLIPScore, text similarity to the
+    /// target and the scene, accuracy (CLIP and Levenshtein): OUT/items.jsonl, OUT/summary.json.
+    Score(ScoreArgs),
+}
+
+/// Arguments of `experiments cooco score`.
+#[derive(clap::Args, Debug)]
+pub struct ScoreArgs {
+    /// The predictions (JSONL; image paths relative to the file).
+    #[arg(long)]
+    predictions: PathBuf,
+    /// The CLIP checkpoint (a directory or a Hub id).
+    #[arg(long, default_value = "openai/clip-vit-base-patch32")]
+    clip: String,
+    /// Output directory.
+    #[arg(long)]
+    out: PathBuf,
+    /// An item is correct when the prediction–target text similarity is strictly greater.
+    #[arg(long, default_value_t = 0.9)]
+    threshold: f64,
+    /// The Levenshtein variant is correct when the normalized similarity is strictly greater.
+    #[arg(long, default_value_t = 0.9)]
+    levenshtein_threshold: f64,
+}
+
+/// `true` for the commands that compute on a device.
+pub fn needs_device(args: &CoocoArgs) -> bool {
+    matches!(args.command, CoocoCommand::Score(_))
 }
 
 /// Arguments of `experiments cooco prepare`.
@@ -50,12 +81,32 @@ pub struct PrepareArgs {
     skip_invalid: bool,
 }
 
-/// Runs `experiments cooco …` (no device: the commands read and write files).
+/// Runs `experiments cooco …` (`score` on `device`; `prepare` reads and writes files).
 ///
 /// # Errors
 /// Bad options, an invalid dataset, unreadable images.
-pub fn run(args: CoocoArgs) -> Result<()> {
+pub fn run(args: CoocoArgs, device: &burn::tensor::Device) -> Result<()> {
     match args.command {
+        CoocoCommand::Score(a) => {
+            let cfg = ScoreConfig {
+                predictions: a.predictions,
+                clip: a.clip,
+                out: a.out,
+                threshold: a.threshold,
+                levenshtein_threshold: a.levenshtein_threshold,
+            };
+            let s = run_score(&cfg, device)?;
+            println!(
+                "{} items: CLIPScore {:.4}, RefCLIPScore {:.4}, accuracy {:.4} (Levenshtein {:.4}) -> {}",
+                s.items,
+                s.clip_score,
+                s.ref_clip_score,
+                s.accuracy,
+                s.accuracy_levenshtein,
+                cfg.out.display()
+            );
+            Ok(())
+        }
         CoocoCommand::Prepare(a) => {
             let cfg = PrepareConfig {
                 data: a.data,

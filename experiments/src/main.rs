@@ -76,7 +76,7 @@ enum Command {
     /// SABER attribute–object binding benchmark: generate the items, evaluate an encoder.
     Saber(saber::SaberArgs),
     /// COOCO: object naming under scene–object congruence and noise; `prepare` writes the
-    /// study's prepared images and region prompts.
+    /// study's prepared images and region prompts, `score` scores answers with CLIP.
     Cooco(cooco::CoocoArgs),
     /// The devices this build and machine can use: backend, adapter name and type.
     Devices,
@@ -93,7 +93,8 @@ fn main() {
     // Commands that only read or write files run on the CPU whatever device is named (the name
     // must still parse).
     let needs_device = match &cli.command {
-        Command::Correlate(_) | Command::Devices | Command::Cooco(_) => false,
+        Command::Correlate(_) | Command::Devices => false,
+        Command::Cooco(a) => cooco::needs_device(a),
         Command::Geb(a) => geb::needs_device(a),
         Command::Saber(a) => saber::needs_device(a),
         Command::Finetune(a) => finetune::needs_device(a),
@@ -147,7 +148,7 @@ fn main() {
                 Command::Correlate(a) => correlate::run(a, &ctx),
                 Command::Geb(a) => geb::run(a, &ctx),
                 Command::Saber(a) => saber::run(a, &ctx),
-                Command::Cooco(a) => cooco::run(a),
+                Command::Cooco(a) => cooco::run(a, &device),
                 Command::Devices => unreachable!("handled above"),
             };
             // Let queued GPU work finish before the process exits: a driver still compiling a

@@ -15,6 +15,7 @@
 pub mod dataset;
 pub mod prepare;
 pub mod prompt;
+pub mod score;
 #[cfg(test)]
 mod tests;
 

@@ -271,3 +271,68 @@ fn prepare_run_writes_images_and_prompts_deterministically() {
             .contains("noise level -1")
     );
 }
+
+#[test]
+fn clip_scores_match_transformers_on_a_tiny_clip() {
+    use crate::score::{ScoreConfig, read_predictions, run_score};
+    let dir = fixture().join("../cooco_clip");
+    let want: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("reference.json")).unwrap())
+            .unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let cfg = ScoreConfig {
+        predictions: dir.join("predictions.jsonl"),
+        clip: dir.display().to_string(),
+        out: out.path().to_path_buf(),
+        threshold: 0.9,
+        levenshtein_threshold: 0.9,
+    };
+    let device = bindscope_core::device::test_device();
+    let summary = run_score(&cfg, &device).unwrap();
+    assert_eq!(summary.items, want.len());
+    let items: Vec<serde_json::Value> = std::fs::read_to_string(out.path().join("items.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    // f32 features on the device against transformers' f32 features: 1e-5 on the CPU.
+    let tol = if bindscope_core::device::testing_on_accelerator() {
+        1e-4
+    } else {
+        1e-5
+    };
+    for (i, (got, w)) in items.iter().zip(&want).enumerate() {
+        for key in ["clip_score", "ref_clip_score", "sim_target", "sim_scene"] {
+            let (g, e) = (got[key].as_f64().unwrap(), w[key].as_f64().unwrap());
+            assert!((g - e).abs() <= tol, "item {i} {key}: {g} vs {e}");
+        }
+        let (g, e) = (
+            got["levenshtein"].as_f64().unwrap(),
+            w["levenshtein"].as_f64().unwrap(),
+        );
+        assert!((g - e).abs() <= 1e-12, "item {i} levenshtein: {g} vs {e}");
+        assert_eq!(got["correct"], w["correct"], "item {i}");
+        assert_eq!(
+            got["prediction"],
+            serde_json::Value::from(
+                read_predictions(&cfg.predictions).unwrap()[i]
+                    .prediction
+                    .clone()
+            )
+        );
+    }
+    let acc = want
+        .iter()
+        .filter(|w| w["correct"].as_bool().unwrap())
+        .count() as f64
+        / want.len() as f64;
+    assert!((summary.accuracy - acc).abs() < 1e-12);
+    // A malformed line is named.
+    let bad = out.path().join("bad.jsonl");
+    std::fs::write(&bad, "{\"image\": \"x.png\", \"prediction\": \"cup\"}\n").unwrap();
+    let err = read_predictions(&bad).unwrap_err().to_string();
+    assert!(
+        err.contains("line 1") && err.contains("missing field"),
+        "{err}"
+    );
+}
