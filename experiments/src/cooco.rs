@@ -28,6 +28,21 @@ enum CoocoCommand {
     /// references) with a CLIP checkpoint: CLIPScore, RefCLIPScore, text similarity to the
     /// target and the scene, accuracy (CLIP and Levenshtein): OUT/items.jsonl, OUT/summary.json.
     Score(ScoreArgs),
+    /// The output–scene mixed model (§6): sim_scene ~ level_z * C(area, Treatment("all")) +
+    /// (1 | scene) by REML, from JSONL lines with scene, area, level, sim_scene (a `score`
+    /// items.jsonl): OUT/lme.json, OUT/lme.csv.
+    Lme(LmeArgs),
+}
+
+/// Arguments of `experiments cooco lme`.
+#[derive(clap::Args, Debug)]
+pub struct LmeArgs {
+    /// JSONL with scene, area, level and sim_scene on every line.
+    #[arg(long)]
+    items: PathBuf,
+    /// Output directory.
+    #[arg(long)]
+    out: PathBuf,
 }
 
 /// Arguments of `experiments cooco score`.
@@ -87,6 +102,21 @@ pub struct PrepareArgs {
 /// Bad options, an invalid dataset, unreadable images.
 pub fn run(args: CoocoArgs, device: &burn::tensor::Device) -> Result<()> {
     match args.command {
+        CoocoCommand::Lme(a) => {
+            let fit = bindscope_cooco::lme::run_lme(&a.items, &a.out)?;
+            println!(
+                "{} observations, {} scenes: scene variance {:.6}, residual variance {:.6}, \
+                 conditional R² {:.4}",
+                fit.n_obs, fit.n_groups, fit.group_var, fit.residual_var, fit.r2_conditional
+            );
+            for i in 0..fit.names.len() {
+                println!(
+                    "  {:<50} {:>10.5} (SE {:.5}, z {:.3}, p {:.3e})",
+                    fit.names[i], fit.coef[i], fit.se[i], fit.z[i], fit.p[i]
+                );
+            }
+            Ok(())
+        }
         CoocoCommand::Score(a) => {
             let cfg = ScoreConfig {
                 predictions: a.predictions,

@@ -5,14 +5,17 @@
 //! added to the target, the context or both, and a vision–language model is asked to name the
 //! object in the box.
 //!
-//! This crate holds the input half, which needs no model: the release layout and its checks
-//! ([`dataset`]), the study's image preparation and seeded noise ([`prepare`]), the region
-//! prompts of four model families ([`prompt`]), and the `prepare` run ([`run_prepare`]) behind
-//! `experiments cooco prepare`, which writes every prepared image and a `prompts.jsonl` that
-//! any model's outputs can be matched against. The model (LLaVA-OneVision) is
-//! `bindscope_models::llava_onevision`.
+//! This crate holds the release layout and its checks ([`dataset`]), the study's image
+//! preparation and seeded noise ([`prepare`]), the region prompts of four model families
+//! ([`prompt`]), the `prepare` run ([`run_prepare`]) behind `experiments cooco prepare`, which
+//! writes every prepared image and a `prompts.jsonl` that any model's outputs can be matched
+//! against, the CLIP metrics of the answers ([`score`]: CLIPScore, RefCLIPScore, text
+//! similarities, accuracy) and the output–scene mixed-effects model ([`lme`], REML). The model
+//! (LLaVA-OneVision) is `bindscope_models::llava_onevision`; the generation run over images ×
+//! conditions and the attention-allocation analysis are not built yet.
 
 pub mod dataset;
+pub mod lme;
 pub mod prepare;
 pub mod prompt;
 pub mod score;

@@ -336,3 +336,92 @@ fn clip_scores_match_transformers_on_a_tiny_clip() {
         "{err}"
     );
 }
+
+#[test]
+fn mixed_model_matches_statsmodels_reml() {
+    use crate::lme::{fit_random_intercept, study_design};
+    let dir = fixture().join("../cooco_lme");
+    let want: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("reference.json")).unwrap())
+            .unwrap();
+    let table = std::fs::read_to_string(dir.join("table.csv")).unwrap();
+    let (mut scenes, mut areas, mut levels, mut y) = (vec![], vec![], vec![], vec![]);
+    for line in table.lines().skip(1) {
+        let f: Vec<&str> = line.split(',').collect();
+        scenes.push(f[0].to_string());
+        areas.push(f[1].to_string());
+        levels.push(f[2].parse::<f64>().unwrap());
+        y.push(f[3].parse::<f64>().unwrap());
+    }
+    let design = study_design(&levels, &areas).unwrap();
+    let names: Vec<String> = want["names"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(design.names, names);
+    let fit = fit_random_intercept(&y, &design, &scenes).unwrap();
+    let rel = |got: f64, want: f64| (got - want).abs() / want.abs().max(1e-300);
+    let vec = |k: &str| -> Vec<f64> {
+        want[k]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .collect()
+    };
+    for (i, (g, w)) in fit.coef.iter().zip(vec("fe_params")).enumerate() {
+        assert!(rel(*g, w) <= 1e-6, "coef {i}: {g} vs {w}");
+    }
+    for (k, got) in [("bse_fe", &fit.se), ("tvalues", &fit.z)] {
+        for (i, (g, w)) in got.iter().zip(vec(k)).enumerate() {
+            assert!(rel(*g, w) <= 1e-6, "{k} {i}: {g} vs {w}");
+        }
+    }
+    // d ln p / dz ≈ −z: a relative error e in z becomes about z²·e in p.
+    for (i, ((g, w), z)) in fit.p.iter().zip(vec("pvalues")).zip(&fit.z).enumerate() {
+        assert!(rel(*g, w) <= 1e-6 * z.powi(2).max(1.0), "p {i}: {g} vs {w}");
+    }
+    for (g, k) in [
+        (fit.group_var, "cov_re"),
+        (fit.residual_var, "scale"),
+        (fit.reml_loglik, "llf"),
+        (fit.r2_marginal, "r2_marginal"),
+        (fit.r2_conditional, "r2_conditional"),
+    ] {
+        let w = want[k].as_f64().unwrap();
+        assert!(rel(g, w) <= 1e-6, "{k}: {g} vs {w}");
+    }
+    assert_eq!((fit.n_obs, fit.n_groups), (378, 14));
+    // Bad input is refused by name.
+    let one = vec!["s".to_string(); y.len()];
+    assert!(
+        fit_random_intercept(&y, &design, &one)
+            .unwrap_err()
+            .to_string()
+            .contains("at least two")
+    );
+    let no_all: Vec<String> = areas
+        .iter()
+        .map(|a| {
+            if a == "all" {
+                "target".into()
+            } else {
+                a.clone()
+            }
+        })
+        .collect();
+    assert!(
+        study_design(&levels, &no_all)
+            .unwrap_err()
+            .to_string()
+            .contains("\"all\"")
+    );
+    assert!(
+        study_design(&vec![0.5; levels.len()], &areas)
+            .unwrap_err()
+            .to_string()
+            .contains("constant")
+    );
+}
