@@ -379,6 +379,22 @@ impl LlavaOnevisionConfig {
     }
 }
 
+/// transformers tiles an image only when it is its prompt's only one (`batch_num_images = 1`);
+/// several images per prompt take another path (one padded square view each), not built here.
+fn one_image_at_most(images: &[ImageInput]) -> Result<(), ModelError> {
+    if images.len() > 1 {
+        return Err(ModelError::Unsupported {
+            file: "llava_onevision prompt".into(),
+            message: format!(
+                "{} images in one prompt: only one image per prompt is supported (transformers \
+                 does not tile several images of one prompt; that path is not built)",
+                images.len()
+            ),
+        });
+    }
+    Ok(())
+}
+
 fn check_model_type_in_file(file: &Path, found: &str) -> Result<(), ModelError> {
     crate::nn::check_model_type_in(file, found, &[MODEL_TYPE])
 }
@@ -606,10 +622,21 @@ impl LlavaOnevisionForConditionalGeneration {
             map = map.slice([0..d, 0..ch, pad..cw - pad]);
         }
         let [_, mut mh, mut mw] = map.dims();
+        if mh == 0 || mw == 0 {
+            return Err(err(format!(
+                "an image of {ow}x{oh} (width x height) leaves no tile features after unpadding"
+            )));
+        }
         let ratio = ((mh * mw) as f64 / (s.max_num_patches * g * g) as f64).sqrt();
         if ratio > 1.1 {
             let th = py_floordiv(mh as f64, ratio) as usize;
             let tw = py_floordiv(mw as f64, ratio) as usize;
+            if th == 0 || tw == 0 {
+                return Err(err(format!(
+                    "an image of {ow}x{oh} (width x height) downsamples its {mh}x{mw} tile map to \
+                     {th}x{tw}"
+                )));
+            }
             let device = map.device();
             let dtype = map.dtype();
             let wh = Tensor::<2>::from_data(
@@ -748,13 +775,14 @@ impl LlavaOnevisionForConditionalGeneration {
     /// pixel_values, image_sizes)`).
     ///
     /// # Errors
-    /// As [`Self::image_features`] and [`Self::inputs_embeds`].
+    /// As [`Self::image_features`] and [`Self::inputs_embeds`]; more than one image.
     pub fn forward(
         &self,
         ids: &[u32],
         images: &[ImageInput],
         opts: ForwardOptions,
     ) -> Result<CausalLmOutput, ModelError> {
+        one_image_at_most(images)?;
         let feats = images
             .iter()
             .map(|im| self.image_features(im, false).map(|f| f.features))
@@ -779,6 +807,7 @@ impl LlavaOnevisionForConditionalGeneration {
         opts: &GenerateOptions,
         attentions: bool,
     ) -> Result<LlavaGeneration, GenerateError> {
+        one_image_at_most(images)?;
         let mut feats = Vec::new();
         let mut vision_attentions = Vec::new();
         let mut map_sizes = Vec::new();
@@ -860,6 +889,42 @@ mod tests {
         let w = bilinear_weights(2, 4);
         assert_eq!(&w[0..2], &[1.0, 0.0]);
         assert_eq!(&w[6..8], &[0.0, 1.0]);
+    }
+
+    /// The released `llava-hf/llava-onevision-qwen2-0.5b-ov-hf` configuration (its fields as
+    /// stored; SigLIP-SO400M/14 at 384, whose 14 does not divide 384) resolves: a 27 × 27 grid
+    /// per view, the 36 default pinpoints, a 640 × 480 image on a 2 × 2 tile grid.
+    #[test]
+    fn the_released_configuration_resolves() {
+        let cfg: LlavaOnevisionConfig = serde_json::from_value(serde_json::json!({
+            "model_type": "llava_onevision",
+            "image_token_index": 151646,
+            "projector_hidden_act": "gelu",
+            "tie_word_embeddings": false,
+            "use_image_newline_parameter": true,
+            "vision_aspect_ratio": "anyres_max_9",
+            "vision_feature_layer": -1,
+            "vision_feature_select_strategy": "full",
+            "vision_config": {
+                "hidden_size": 1152, "image_size": 384, "intermediate_size": 4304,
+                "model_type": "siglip_vision_model", "num_attention_heads": 16,
+                "num_hidden_layers": 26, "patch_size": 14, "vision_use_head": false
+            },
+            "text_config": {
+                "model_type": "qwen2", "hidden_size": 896, "intermediate_size": 4864,
+                "num_attention_heads": 14, "num_hidden_layers": 24, "num_key_value_heads": 2,
+                "rope_theta": 1000000.0, "vocab_size": 152000, "max_position_embeddings": 32768,
+                "rms_norm_eps": 1e-6, "tie_word_embeddings": true
+            }
+        }))
+        .unwrap();
+        let (spec, dec) = cfg.specs(Path::new("config.json")).unwrap();
+        assert_eq!(spec.grid(), 27);
+        assert_eq!(spec.image_grid_pinpoints.len(), 36);
+        assert_eq!(spec.feature_layers, vec![26]);
+        assert_eq!(spec.max_num_patches, 9);
+        assert_eq!(spec.tile_grid([480, 640]), Some([2, 2]));
+        assert!(dec.tie_word_embeddings, "text_config's tie counts");
     }
 
     #[test]

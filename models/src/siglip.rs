@@ -201,6 +201,15 @@ impl Default for SiglipTextConfig {
 impl SiglipVisionConfig {
     fn dims(&self, file: &Path) -> Result<EncoderDims, ModelError> {
         let dims = self.encoder_dims(file)?;
+        if !self.image_size.is_multiple_of(self.patch_size) {
+            return Err(ModelError::Unsupported {
+                file: file.display().to_string(),
+                message: format!(
+                    "vision patch_size {} does not divide image_size {}",
+                    self.patch_size, self.image_size
+                ),
+            });
+        }
         if !self.vision_use_head {
             return Err(ModelError::Unsupported {
                 file: file.display().to_string(),
@@ -213,14 +222,16 @@ impl SiglipVisionConfig {
     }
 
     /// The block stack's sizes, with or without the MAP head (a tower inside a vision–language
-    /// model, such as LLaVA-OneVision's, has none).
+    /// model, such as LLaVA-OneVision's, has none). A patch size that does not divide the
+    /// image size is accepted here, as the convolution floors the grid (SigLIP-SO400M/14 at
+    /// 384: 27 × 27); the standalone tower refuses it.
     pub(crate) fn encoder_dims(&self, file: &Path) -> Result<EncoderDims, ModelError> {
         check_sizes(file, self.hidden_size, self.num_attention_heads, &[])?;
-        if self.patch_size == 0 || !self.image_size.is_multiple_of(self.patch_size) {
+        if self.patch_size == 0 || self.patch_size > self.image_size {
             return Err(ModelError::Unsupported {
                 file: file.display().to_string(),
                 message: format!(
-                    "vision patch_size {} does not divide image_size {}",
+                    "vision patch_size {} must be between 1 and image_size {}",
                     self.patch_size, self.image_size
                 ),
             });

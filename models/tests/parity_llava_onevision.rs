@@ -265,6 +265,16 @@ fn bad_configs_prompts_and_pixels_are_refused_by_name() {
         e.contains("2 <image> tokens") && e.contains("1 images"),
         "{e}"
     );
+    let e = model
+        .generate(
+            &[5, tok, tok, 6],
+            &[im.clone(), im.clone()],
+            &GenerateOptions::default(),
+            false,
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("2 images in one prompt"), "{e}");
     let wrong = ImageInput {
         image_size: [30, 40],
         ..im.clone()

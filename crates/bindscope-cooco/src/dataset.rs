@@ -5,7 +5,8 @@
 //! the images in `images/` beside it (or beside `metadata.json` when there is no `images/`).
 //!
 //! [`load`] checks every record — the image present and readable (its header), the box finite,
-//! of positive area and inside the image, the level known — and either fails listing every
+//! of positive area and inside the image as decoded (EXIF orientation applied), the level
+//! known — and either fails listing every
 //! invalid record by file name, or with `skip_invalid` keeps the valid ones and lists the
 //! others in [`Dataset::invalid`]. Records marked `excluded` are kept out as the study does,
 //! and counted.
@@ -169,11 +170,19 @@ fn check(file: &str, v: &serde_json::Value, images: &Path) -> Result<Option<Reco
     if !path.is_file() {
         return Err(format!("image {} is missing", path.display()));
     }
-    let (w, h) = image::ImageReader::open(&path)
-        .and_then(|r| r.with_guessed_format())
+    let bytes = std::fs::read(&path)
+        .map_err(|e| format!("image {} is not readable: {e}", path.display()))?;
+    let (w, h) = image::ImageReader::new(std::io::Cursor::new(&bytes))
+        .with_guessed_format()
         .map_err(|e| e.to_string())
         .and_then(|r| r.into_dimensions().map_err(|e| e.to_string()))
         .map_err(|e| format!("image {} is not readable: {e}", path.display()))?;
+    // The size the decoder hands out: EXIF orientations 5–8 swap the sides.
+    let (w, h) = if bindscope_data::image::exif_orientation(&bytes) >= 5 {
+        (h, w)
+    } else {
+        (w, h)
+    };
     let [x, y, bw, bh] = bbox;
     if !bbox.iter().all(|c| c.is_finite()) || bw <= 0.0 || bh <= 0.0 {
         return Err(format!(

@@ -155,10 +155,21 @@ pub fn run_prepare(cfg: &PrepareConfig) -> Result<PrepareSummary, CoocoError> {
     std::fs::create_dir_all(&images_out).map_err(io(&images_out))?;
     let progress = bindscope_core::run::progress(ds.records.len() as u64, "images");
     let mut lines = Vec::with_capacity(ds.records.len());
+    let mut invalid = ds.invalid.clone();
     for r in &ds.records {
         let img = decode_file(ds.image_path(r), &DecodeOptions::hf())?;
-        let mut p = prepare(&img, r.target_bbox)
-            .map_err(|e| CoocoError::Invalid(format!("{}: {e}", r.file)))?;
+        let mut p = match prepare(&img, r.target_bbox) {
+            Ok(p) => p,
+            Err(e) if cfg.skip_invalid => {
+                invalid.push(dataset::Invalid {
+                    file: r.file.clone(),
+                    reason: e.to_string(),
+                });
+                progress.inc(1);
+                continue;
+            }
+            Err(e) => return Err(CoocoError::Invalid(format!("{}: {e}", r.file))),
+        };
         let mut rng = noise_stream(cfg.seed, &r.file, cfg.area, cfg.level);
         apply_noise(&mut p.image, p.bbox, cfg.area, cfg.level, &mut rng);
         let stem = Path::new(&r.file)
@@ -193,14 +204,14 @@ pub fn run_prepare(cfg: &PrepareConfig) -> Result<PrepareSummary, CoocoError> {
     }
     if cfg.skip_invalid {
         let p = cfg.out.join("invalid.json");
-        let text = serde_json::to_vec_pretty(&ds.invalid).expect("serializes");
+        let text = serde_json::to_vec_pretty(&invalid).expect("serializes");
         bindscope_core::fsutil::write_atomic(&p, &text).map_err(io(&p))?;
     }
     bindscope_core::fsutil::write_atomic(&prompts_path, &buf).map_err(io(&prompts_path))?;
     Ok(PrepareSummary {
         prepared: lines.len(),
         excluded: ds.excluded,
-        invalid: ds.invalid,
+        invalid,
         prompts: prompts_path,
     })
 }

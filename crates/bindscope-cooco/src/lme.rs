@@ -10,9 +10,11 @@
 //! `σ̂² = rᵀ V⁻¹ r / (N − p)`,
 //!
 //! is maximised over `γ ≥ 0` alone (a coarse scan of `√γ`, then golden-section search), and
-//! `β̂ = (Xᵀ V⁻¹ X)⁻¹ Xᵀ V⁻¹ y` (generalised least squares). Standard errors are
-//! `√diag(σ̂² (Xᵀ V⁻¹ X)⁻¹)`, the `z` statistics `β̂ / SE` with normal two-sided p-values, as
-//! statsmodels reports them. No maintained Rust crate fits mixed models today, hence this
+//! `β̂ = (Xᵀ V⁻¹ X)⁻¹ Xᵀ V⁻¹ y` (generalised least squares). Standard errors are statsmodels':
+//! from the inverse of the negative Hessian of its profiled REML log-likelihood in `(β, γ)`,
+//! cross terms included (with balanced groups they equal lme4's `√diag(σ̂² (Xᵀ V⁻¹ X)⁻¹)`;
+//! with unbalanced ones they differ slightly); the `z` statistics are `β̂ / SE` with normal
+//! two-sided p-values, as statsmodels reports them. No maintained Rust crate fits mixed models today, hence this
 //! module; the small `p × p` systems go through faer's Cholesky factorisation.
 //!
 //! R² (Nakagawa & Schielzeth 2013, eq. 26 and 29): the fixed-effect variance `σ_f²` is the
@@ -138,6 +140,59 @@ struct Profile {
     beta: Vec<f64>,
     sigma2: f64,
     cov_unscaled: Mat<f64>,
+}
+
+/// statsmodels' covariance of the fixed effects: the inverse of the negative Hessian of its
+/// profiled REML log-likelihood in `(β, γ)` (`MixedLM.hessian`, random intercept: `dV/dγ =
+/// 11ᵀ`), cross terms included, so that the standard errors are statsmodels' also when the
+/// groups are unbalanced (where they differ from lme4's `σ̂² (Xᵀ V⁻¹ X)⁻¹`).
+fn statsmodels_cov(sums: &[GroupSums], fit: &Profile, gamma: f64, dof: f64) -> Mat<f64> {
+    let p = fit.beta.len();
+    // A = Xᵀ V⁻¹ X (scale units) from its inverse; Q = rᵀ V⁻¹ r.
+    let a_inv = &fit.cov_unscaled;
+    let q = fit.sigma2 * dof;
+    let mut h = vec![0.0; p];
+    let (mut b, mut d, mut hre) = (0.0, 0.0, 0.0);
+    let mut xtax = Mat::<f64>::zeros(p, p);
+    let mut f = Mat::<f64>::zeros(p, p);
+    for g in sums {
+        let k = 1.0 / (1.0 + g.n * gamma);
+        let c = g.n * k;
+        let r_sum = g.sy - g.sx.iter().zip(&fit.beta).map(|(x, b)| x * b).sum::<f64>();
+        let sg = r_sum * k;
+        let a: Vec<f64> = g.sx.iter().map(|x| x * k).collect();
+        for i in 0..p {
+            h[i] += a[i] * sg;
+            for j in 0..p {
+                xtax[(i, j)] += a[i] * a[j];
+                f[(i, j)] += 2.0 * c * a[i] * a[j];
+            }
+        }
+        b += sg * sg;
+        d += 2.0 * c * sg * sg;
+        hre += c * c / 2.0;
+    }
+    let a = a_inv.partial_piv_lu().inverse();
+    let ql = a_inv * &xtax;
+    let ainv_f = a_inv * &f;
+    let (mut tr_qq, mut tr_af) = (0.0, 0.0);
+    for i in 0..p {
+        tr_af += ainv_f[(i, i)];
+        for j in 0..p {
+            tr_qq += ql[(i, j)] * ql[(j, i)];
+        }
+    }
+    let h_rr = hre - 0.5 * dof * (d / q - b * b / (q * q)) + 0.5 * (tr_qq - tr_af);
+    let mut neg = Mat::<f64>::zeros(p + 1, p + 1);
+    for i in 0..p {
+        for j in 0..p {
+            neg[(i, j)] = dof * a[(i, j)] / q;
+        }
+        neg[(i, p)] = dof * h[i] / q;
+        neg[(p, i)] = dof * h[i] / q;
+    }
+    neg[(p, p)] = -h_rr;
+    neg.partial_piv_lu().inverse()
 }
 
 /// Fits `y ~ X + (1 | group)` by REML (see the [module docs](self)).
@@ -294,10 +349,10 @@ pub fn fit_random_intercept(
     if best_ll > ll(s_opt) {
         s_opt = grid[best];
     }
-    let fit = profile(s_opt * s_opt).expect("the optimum is finite");
-    let se: Vec<f64> = (0..p)
-        .map(|i| (fit.sigma2 * fit.cov_unscaled[(i, i)]).sqrt())
-        .collect();
+    let gamma = s_opt * s_opt;
+    let fit = profile(gamma).expect("the optimum is finite");
+    let cov = statsmodels_cov(&sums, &fit, gamma, dof);
+    let se: Vec<f64> = (0..p).map(|i| cov[(i, i)].sqrt()).collect();
     let z: Vec<f64> = fit.beta.iter().zip(&se).map(|(b, s)| b / s).collect();
     let pv: Vec<f64> = z
         .iter()

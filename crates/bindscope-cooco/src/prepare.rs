@@ -93,7 +93,8 @@ pub struct Prepared {
 /// [module docs](self)).
 ///
 /// # Errors
-/// [`CoocoError::Invalid`] for an empty image.
+/// [`CoocoError::Invalid`] for an empty image, a box outside it, or a box that the resize
+/// truncates to less than a pixel.
 pub fn prepare(img: &RgbImage, bbox: [f64; 4]) -> Result<Prepared, CoocoError> {
     let (w, h) = (img.width, img.height);
     if w == 0 || h == 0 {
@@ -111,6 +112,19 @@ pub fn prepare(img: &RgbImage, bbox: [f64; 4]) -> Result<Prepared, CoocoError> {
     } else {
         (img.clone(), bbox, false)
     };
+    if bbox[2] < 1.0 || bbox[3] < 1.0 {
+        return Err(CoocoError::Invalid(format!(
+            "the box is {} x {} px after the resize to width {MAX_WIDTH}: less than a pixel \
+             wide or high",
+            bbox[2], bbox[3]
+        )));
+    }
+    if bbox[0] + bbox[2] > img.width as f64 || bbox[1] + bbox[3] > img.height as f64 {
+        return Err(CoocoError::Invalid(format!(
+            "the box {bbox:?} ([x, y, w, h]) is not inside the {}x{} image",
+            img.width, img.height
+        )));
+    }
     let side = img.width.max(img.height);
     let (ox, oy) = ((side - img.width) / 2, (side - img.height) / 2);
     let mut data = Vec::with_capacity(side * side * 3);

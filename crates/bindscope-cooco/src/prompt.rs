@@ -12,7 +12,8 @@ use serde::{Deserialize, Serialize};
 pub enum Family {
     /// LLaVA-OneVision: the box divided by the padded image's width and height, 4 decimals.
     LlavaOnevision,
-    /// Qwen2.5-VL: absolute pixel coordinates of the prepared image.
+    /// Qwen2.5-VL: absolute pixel coordinates of the prepared image (Python's `round`, half to
+    /// even).
     #[serde(rename = "qwen2.5-vl")]
     Qwen25Vl,
     /// KOSMOS-2: location tokens on a 32 × 32 grid (`<patch_index_NNNN>`).
@@ -108,8 +109,9 @@ pub fn kosmos_patch_indices(norm: [f64; 4], grid: usize) -> [usize; 2] {
 }
 
 /// The user text for `family` asking for the object in `bbox` (`[x, y, w, h]` in pixels of a
-/// prepared image of `size = [width, height]`), with the `<image>` marker where the family's
-/// processor expects the image.
+/// prepared image of `size = [width, height]`), with an `<image>` marker where the image goes.
+/// KOSMOS-2's processor adds its image tokens itself: drop the marker before handing it the
+/// text.
 pub fn region_prompt(family: Family, bbox: [f64; 4], size: [usize; 2]) -> String {
     let norm = normalized_box(bbox, size);
     match family {
@@ -119,7 +121,7 @@ pub fn region_prompt(family: Family, bbox: [f64; 4], size: [usize; 2]) -> String
         ),
         Family::Qwen25Vl => {
             let px = [bbox[0], bbox[1], bbox[0] + bbox[2], bbox[1] + bbox[3]]
-                .map(|v| (v.round() as i64).to_string());
+                .map(|v| (py_round(v, 0) as i64).to_string());
             format!(
                 "<image>\nWhat is the object in this part of the image [{}]? {INSTRUCTION}",
                 px.join(", ")

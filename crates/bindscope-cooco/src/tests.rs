@@ -337,14 +337,11 @@ fn clip_scores_match_transformers_on_a_tiny_clip() {
     );
 }
 
-#[test]
-fn mixed_model_matches_statsmodels_reml() {
-    use crate::lme::{fit_random_intercept, study_design};
-    let dir = fixture().join("../cooco_lme");
-    let want: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("reference.json")).unwrap())
-            .unwrap();
-    let table = std::fs::read_to_string(dir.join("table.csv")).unwrap();
+/// The rows of one of the fixture's tables: scenes, areas, levels, outcomes.
+type Table = (Vec<String>, Vec<String>, Vec<f64>, Vec<f64>);
+
+fn lme_table(file: &str) -> Table {
+    let table = std::fs::read_to_string(fixture().join("../cooco_lme").join(file)).unwrap();
     let (mut scenes, mut areas, mut levels, mut y) = (vec![], vec![], vec![], vec![]);
     for line in table.lines().skip(1) {
         let f: Vec<&str> = line.split(',').collect();
@@ -353,55 +350,78 @@ fn mixed_model_matches_statsmodels_reml() {
         levels.push(f[2].parse::<f64>().unwrap());
         y.push(f[3].parse::<f64>().unwrap());
     }
-    let design = study_design(&levels, &areas).unwrap();
-    let names: Vec<String> = want["names"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_str().unwrap().to_string())
-        .collect();
-    assert_eq!(design.names, names);
-    let fit = fit_random_intercept(&y, &design, &scenes).unwrap();
-    let rel = |got: f64, want: f64| (got - want).abs() / want.abs().max(1e-300);
-    let vec = |k: &str| -> Vec<f64> {
-        want[k]
+    (scenes, areas, levels, y)
+}
+
+#[test]
+fn mixed_model_matches_statsmodels_reml() {
+    use crate::lme::{fit_random_intercept, study_design};
+    let all: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(fixture().join("../cooco_lme/reference.json")).unwrap(),
+    )
+    .unwrap();
+    for (key, file) in [
+        ("balanced", "table.csv"),
+        ("unbalanced", "table_unbalanced.csv"),
+    ] {
+        let want = &all[key];
+        let (scenes, areas, levels, y) = lme_table(file);
+        let design = study_design(&levels, &areas).unwrap();
+        let names: Vec<String> = want["names"]
             .as_array()
             .unwrap()
             .iter()
-            .map(|v| v.as_f64().unwrap())
-            .collect()
-    };
-    for (i, (g, w)) in fit.coef.iter().zip(vec("fe_params")).enumerate() {
-        assert!(rel(*g, w) <= 1e-6, "coef {i}: {g} vs {w}");
-    }
-    for (k, got) in [("bse_fe", &fit.se), ("tvalues", &fit.z)] {
-        for (i, (g, w)) in got.iter().zip(vec(k)).enumerate() {
-            assert!(rel(*g, w) <= 1e-6, "{k} {i}: {g} vs {w}");
+            .map(|v| v.as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(design.names, names);
+        let fit = fit_random_intercept(&y, &design, &scenes).unwrap();
+        let rel = |got: f64, want: f64| (got - want).abs() / want.abs().max(1e-300);
+        let vec = |k: &str| -> Vec<f64> {
+            want[k]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_f64().unwrap())
+                .collect()
+        };
+        for (k, got) in [
+            ("fe_params", &fit.coef),
+            ("bse_fe", &fit.se),
+            ("tvalues", &fit.z),
+        ] {
+            for (i, (g, w)) in got.iter().zip(vec(k)).enumerate() {
+                assert!(rel(*g, w) <= 1e-6, "{key} {k} {i}: {g} vs {w}");
+            }
         }
+        // d ln p / dz ≈ −z: a relative error e in z becomes about z²·e in p.
+        for (i, ((g, w), z)) in fit.p.iter().zip(vec("pvalues")).zip(&fit.z).enumerate() {
+            assert!(
+                rel(*g, w) <= 1e-6 * z.powi(2).max(1.0),
+                "{key} p {i}: {g} vs {w}"
+            );
+        }
+        for (g, k) in [
+            (fit.group_var, "cov_re"),
+            (fit.residual_var, "scale"),
+            (fit.reml_loglik, "llf"),
+            (fit.r2_marginal, "r2_marginal"),
+            (fit.r2_conditional, "r2_conditional"),
+        ] {
+            let w = want[k].as_f64().unwrap();
+            assert!(rel(g, w) <= 1e-6, "{key} {k}: {g} vs {w}");
+        }
+        assert_eq!(fit.n_obs, want["rows"].as_u64().unwrap() as usize);
+        assert_eq!(fit.n_groups, 14);
     }
-    // d ln p / dz ≈ −z: a relative error e in z becomes about z²·e in p.
-    for (i, ((g, w), z)) in fit.p.iter().zip(vec("pvalues")).zip(&fit.z).enumerate() {
-        assert!(rel(*g, w) <= 1e-6 * z.powi(2).max(1.0), "p {i}: {g} vs {w}");
-    }
-    for (g, k) in [
-        (fit.group_var, "cov_re"),
-        (fit.residual_var, "scale"),
-        (fit.reml_loglik, "llf"),
-        (fit.r2_marginal, "r2_marginal"),
-        (fit.r2_conditional, "r2_conditional"),
-    ] {
-        let w = want[k].as_f64().unwrap();
-        assert!(rel(g, w) <= 1e-6, "{k}: {g} vs {w}");
-    }
-    assert_eq!((fit.n_obs, fit.n_groups), (378, 14));
     // Bad input is refused by name.
+    let (scenes, areas, levels, y) = lme_table("table.csv");
+    let design = study_design(&levels, &areas).unwrap();
+    let _ = scenes;
     let one = vec!["s".to_string(); y.len()];
-    assert!(
-        fit_random_intercept(&y, &design, &one)
-            .unwrap_err()
-            .to_string()
-            .contains("at least two")
-    );
+    let e = fit_random_intercept(&y, &design, &one)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("at least two"), "{e}");
     let no_all: Vec<String> = areas
         .iter()
         .map(|a| {
@@ -418,10 +438,22 @@ fn mixed_model_matches_statsmodels_reml() {
             .to_string()
             .contains("\"all\"")
     );
+    let flat = vec![0.5; levels.len()];
     assert!(
-        study_design(&vec![0.5; levels.len()], &areas)
+        study_design(&flat, &areas)
             .unwrap_err()
             .to_string()
             .contains("constant")
     );
+}
+
+#[test]
+fn a_box_the_resize_truncates_below_a_pixel_is_refused() {
+    let img = bindscope_data::image::RgbImage::new(1280, 20, vec![9; 1280 * 20 * 3]).unwrap();
+    // 1.5 px wide at 1280 → 0.75 px at 640: int() makes it 0.
+    let e = prepare(&img, [10.0, 2.0, 1.5, 10.0])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("less than a pixel"), "{e}");
+    assert!(prepare(&img, [10.0, 2.0, 4.0, 10.0]).is_ok());
 }

@@ -192,15 +192,16 @@ impl AnyresProcessor {
             .ok_or_else(|| cfg_err(format!("cannot tile a {}x{} image", img.width, img.height)))?;
         let tile = self.tile_size();
         let mut views = Vec::new();
-        // The base view: the whole image at `size`.
-        views.push(self.base.geometry(img)?);
+        // The base view: the whole image at `size` (transformers resizes it whatever
+        // `do_resize` says).
+        views.push(resize(img, tile, tile, self.base.resample)?);
         let [rh, rw] = patch_output_size(size, best);
         let fitted = resize(img, rw, rh, self.base.resample)?;
         let padded = pad_centred(&fitted, best);
         for y in (0..best[0]).step_by(tile) {
             for x in (0..best[1]).step_by(tile) {
-                // Each tile goes through the processor's resize too: a no-op at `size`.
-                views.push(self.base.geometry(&crop(&padded, y, x, tile, tile))?);
+                // transformers resizes each tile to `size` too: a no-op at that size.
+                views.push(crop(&padded, y, x, tile, tile));
             }
         }
         let mut data = Vec::with_capacity(views.len() * 3 * tile * tile);
