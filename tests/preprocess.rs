@@ -730,3 +730,21 @@ fn llava_onevision_processor_config_errors_name_the_field() {
     assert!(with("size", serde_json::json!({"height": 32, "width": 64})).contains("square"));
     assert!(with("size", serde_json::json!({"shortest_edge": 32})).contains("shortest_edge"));
 }
+
+/// `save_png` round-trips through the decoder, and a failed write names the file.
+#[test]
+fn save_png_round_trips_and_names_a_failed_file() {
+    use bindscope_data::image::save_png;
+    let dir = tempfile::tempdir().unwrap();
+    let img = RgbImage::new(3, 2, (0..18).collect()).unwrap();
+    let path = dir.path().join("a.png");
+    save_png(&img, &path).unwrap();
+    assert_eq!(decode_file(&path, &DecodeOptions::hf()).unwrap(), img);
+    let bad = dir.path().join("missing-dir/b.png");
+    let err = save_png(&img, &bad).unwrap_err();
+    assert!(matches!(err, ImageError::Write { .. }), "{err}");
+    assert!(
+        err.to_string().contains("missing-dir/b.png: cannot write"),
+        "{err}"
+    );
+}

@@ -308,15 +308,12 @@ pub fn render(scene: &Scene, spec: &RenderSpec) -> RgbImage {
     }
 }
 
-/// Writes an image as PNG (for `--dump-images`).
+/// Writes an image as PNG (for `--dump-images`), through [`bindscope_data::image::save_png`].
 ///
 /// # Errors
 /// Any encoding or I/O error, as a message naming the file.
 pub fn save_png(img: &RgbImage, path: &Path) -> Result<(), String> {
-    let buf = image::RgbImage::from_raw(img.width as u32, img.height as u32, img.data.clone())
-        .ok_or_else(|| format!("{}: image buffer has the wrong size", path.display()))?;
-    buf.save_with_format(path, image::ImageFormat::Png)
-        .map_err(|e| format!("{}: {e}", path.display()))
+    bindscope_data::image::save_png(img, path).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

@@ -183,6 +183,15 @@ pub enum ImageError {
         #[source]
         source: std::io::Error,
     },
+    /// The file could not be written.
+    #[error("{}: cannot write: {source}", path.display())]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// The I/O or encoding error.
+        #[source]
+        source: std::io::Error,
+    },
     /// The file is not a valid image (truncated, corrupt, empty).
     #[error("{}: {message}", path.display())]
     Corrupt {
@@ -382,10 +391,10 @@ pub fn load_dir(dir: impl AsRef<Path>, opts: &DecodeOptions) -> Result<DirLoad, 
 /// Writes `img` as an 8-bit RGB PNG (the `image` crate's encoder, default compression).
 ///
 /// # Errors
-/// [`ImageError::Io`] naming `path` when encoding or writing fails.
+/// [`ImageError::Write`] naming `path` when encoding or writing fails.
 pub fn save_png(img: &RgbImage, path: impl AsRef<Path>) -> Result<(), ImageError> {
     let path = path.as_ref();
-    let io = |e: String| ImageError::Io {
+    let io = |e: String| ImageError::Write {
         path: path.to_path_buf(),
         source: std::io::Error::other(e),
     };
