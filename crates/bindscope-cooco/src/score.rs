@@ -280,8 +280,9 @@ pub struct ScoreSummary {
 /// As [`read_predictions`], [`ClipScorer::load`] and [`ClipScorer::score`] (naming the line).
 pub fn run_score(cfg: &ScoreConfig, device: &Device) -> Result<ScoreSummary, CoocoError> {
     let preds = read_predictions(&cfg.predictions)?;
+    // The resolver names the flag most commands take (`--model`); this one is `--clip`.
     let ckpt = Checkpoint::resolve(&cfg.clip)
-        .map_err(|e| CoocoError::Invalid(format!("--clip {}: {e}", cfg.clip)))?;
+        .map_err(|e| CoocoError::Invalid(e.to_string().replace("--model", "--clip")))?;
     let mut scorer = ClipScorer::load(&ckpt, device)?;
     scorer.threshold = cfg.threshold;
     scorer.levenshtein_threshold = cfg.levenshtein_threshold;

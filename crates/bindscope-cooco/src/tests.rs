@@ -327,6 +327,16 @@ fn clip_scores_match_transformers_on_a_tiny_clip() {
         .count() as f64
         / want.len() as f64;
     assert!((summary.accuracy - acc).abs() < 1e-12);
+    // A missing CLIP checkpoint is named under this command's flag.
+    let missing = ScoreConfig {
+        clip: out.path().join("no-clip").display().to_string(),
+        ..cfg.clone()
+    };
+    let err = run_score(&missing, &device).unwrap_err().to_string();
+    assert!(
+        err.starts_with("--clip ") && !err.contains("--model"),
+        "{err}"
+    );
     // A malformed line is named.
     let bad = out.path().join("bad.jsonl");
     std::fs::write(&bad, "{\"image\": \"x.png\", \"prediction\": \"cup\"}\n").unwrap();
