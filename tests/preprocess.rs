@@ -729,6 +729,15 @@ fn llava_onevision_processor_config_errors_name_the_field() {
     assert!(with("image_grid_pinpoints", serde_json::json!([])).contains("empty"));
     assert!(with("size", serde_json::json!({"height": 32, "width": 64})).contains("square"));
     assert!(with("size", serde_json::json!({"shortest_edge": 32})).contains("shortest_edge"));
+    // A plain processor would hand out the base view only: the class alone is refused.
+    let err =
+        ImageProcessor::from_file(fixture("llava_onevision").join("preprocessor_config.json"))
+            .unwrap_err()
+            .to_string();
+    assert!(
+        err.contains("AnyresProcessor") && err.contains("preprocessor_config.json"),
+        "{err}"
+    );
 }
 
 /// `save_png` round-trips through the decoder, and a failed write names the file.

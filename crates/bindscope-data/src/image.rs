@@ -398,8 +398,13 @@ pub fn save_png(img: &RgbImage, path: impl AsRef<Path>) -> Result<(), ImageError
         path: path.to_path_buf(),
         source: std::io::Error::other(e),
     };
-    let buf = image::RgbImage::from_raw(img.width as u32, img.height as u32, img.data.clone())
-        .ok_or_else(|| io("image buffer has the wrong size".into()))?;
-    buf.save_with_format(path, image::ImageFormat::Png)
-        .map_err(|e| io(e.to_string()))
+    image::save_buffer_with_format(
+        path,
+        &img.data,
+        img.width as u32,
+        img.height as u32,
+        image::ExtendedColorType::Rgb8,
+        image::ImageFormat::Png,
+    )
+    .map_err(|e| io(e.to_string()))
 }

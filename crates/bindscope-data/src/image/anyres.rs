@@ -19,7 +19,7 @@
 
 pub use bindscope_core::anyres::{default_pinpoints, patch_output_size, select_best_resolution};
 
-use super::processor::{ImageProcessor, PixelBatch, ProcessorKind, ResizeTo};
+use super::processor::{ImageProcessor, PixelBatch, ProcessorKind, ResizeTo, read_config_file};
 use super::resample::resize;
 use super::{ImageError, RgbImage};
 use serde_json::Value;
@@ -162,24 +162,7 @@ impl AnyresProcessor {
     /// # Errors
     /// [`ImageError::Io`] if unreadable; [`ImageError::Config`] naming the file otherwise.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self, ImageError> {
-        let path = path.as_ref();
-        let text = std::fs::read_to_string(path).map_err(|source| ImageError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        let with_path = |e: ImageError| match e {
-            ImageError::Config {
-                path: None,
-                message,
-            } => ImageError::Config {
-                path: Some(path.to_path_buf()),
-                message,
-            },
-            e => e,
-        };
-        let v: Value = serde_json::from_str(&text)
-            .map_err(|e| with_path(cfg_err(format!("invalid JSON: {e}"))))?;
-        Self::from_json(&v).map_err(with_path)
+        read_config_file(path.as_ref(), Self::from_json)
     }
 
     /// The base view and the tiles of one image (see the [module docs](self)).

@@ -79,7 +79,9 @@ pub enum ProcessorKind {
     TorchvisionImageNet,
     /// `LlavaOnevisionImageProcessor` (PIL backend): its base view, a resize to
     /// `{height, width}` (default bicubic 384 x 384, no aspect preservation), OpenAI CLIP
-    /// mean / std, no crop. The AnyRes tiles around it are [`super::anyres`]'s.
+    /// mean / std, no crop. Only [`super::anyres::AnyresProcessor`] builds it (with the tiles
+    /// around the base view): the class name alone is refused, as a plain processor would hand
+    /// out the base view only.
     LlavaOnevision,
 }
 
@@ -100,13 +102,12 @@ impl ProcessorKind {
             "ViTImageProcessor" | "ViTFeatureExtractor" => Self::Vit,
             "ConvNextImageProcessor" | "ConvNextFeatureExtractor" => Self::ConvNext,
             "BeitImageProcessor" | "BeitFeatureExtractor" => Self::Beit,
-            "LlavaOnevisionImageProcessor" => Self::LlavaOnevision,
             _ => {
                 return Err(ImageError::Config {
                     path: None,
                     message: format!(
                         "image processor '{name}' is not supported (CLIPImageProcessor, SiglipImageProcessor, \
-                         BitImageProcessor, ViTImageProcessor, ConvNextImageProcessor, BeitImageProcessor, LlavaOnevisionImageProcessor)"
+                         BitImageProcessor, ViTImageProcessor, ConvNextImageProcessor, BeitImageProcessor; LlavaOnevisionImageProcessor is read by AnyresProcessor)"
                     ),
                 });
             }
@@ -192,6 +193,27 @@ impl PixelBatch {
     pub fn to_tensor(&self, device: &Device) -> Tensor<4> {
         Tensor::from_data(TensorData::new(self.data.clone(), self.shape), device)
     }
+}
+
+/// Reads the JSON file `path` and parses it with `parse`; a config error without a file (from
+/// `parse`, or the JSON itself) is reported naming `path`.
+pub(super) fn read_config_file<T>(
+    path: &Path,
+    parse: impl FnOnce(&Value) -> Result<T, ImageError>,
+) -> Result<T, ImageError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ImageError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let v: Value = serde_json::from_str(&text)
+        .map_err(|e| cfg_err(Some(path), format!("invalid JSON: {e}")))?;
+    parse(&v).map_err(|e| match e {
+        ImageError::Config {
+            path: None,
+            message,
+        } => cfg_err(Some(path), message),
+        e => e,
+    })
 }
 
 fn cfg_err(path: Option<&Path>, message: impl Into<String>) -> ImageError {
@@ -280,20 +302,7 @@ impl ImageProcessor {
     /// [`ImageError::Io`] if unreadable, [`ImageError::Config`] (naming the file) if malformed,
     /// of an unsupported class, or with a setting the class would reject.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self, ImageError> {
-        let path = path.as_ref();
-        let text = std::fs::read_to_string(path).map_err(|source| ImageError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        let v: Value = serde_json::from_str(&text)
-            .map_err(|e| cfg_err(Some(path), format!("invalid JSON: {e}")))?;
-        Self::from_json(&v, None).map_err(|e| match e {
-            ImageError::Config {
-                path: None,
-                message,
-            } => cfg_err(Some(path), message),
-            e => e,
-        })
+        read_config_file(path.as_ref(), |v| Self::from_json(v, None))
     }
 
     /// The checkpoint's own processor, from its `preprocessor_config.json`: what
