@@ -132,18 +132,19 @@ pub struct LlavaOnevisionSpec {
     pub max_num_patches: usize,
     /// Candidate grid resolutions `[height, width]`.
     pub image_grid_pinpoints: Vec<[usize; 2]>,
-    /// The vision tower's `image_size` (the tile side `S`).
-    pub image_size: usize,
-    /// The vision tower's `patch_size`.
-    pub patch_size: usize,
-    /// The vision tower's config.
+    /// The vision tower's config (its `image_size` is the tile side `S`).
     pub vision: SiglipVisionConfig,
 }
 
 impl LlavaOnevisionSpec {
-    /// `g = image_size / patch_size`: the side of one view's token grid.
+    /// The tile side `S`: the vision tower's `image_size`.
+    pub fn image_size(&self) -> usize {
+        self.vision.image_size
+    }
+
+    /// `g = ⌊image_size / patch_size⌋`: the side of one view's token grid.
     pub fn grid(&self) -> usize {
-        self.image_size / self.patch_size
+        self.vision.image_size / self.vision.patch_size
     }
 
     /// The tile grid `[rows, cols]` an image of `[height, width]` is cut into (transformers'
@@ -151,7 +152,8 @@ impl LlavaOnevisionSpec {
     pub fn tile_grid(&self, image_size: [usize; 2]) -> Option<[usize; 2]> {
         let best =
             bindscope_core::anyres::select_best_resolution(image_size, &self.image_grid_pinpoints)?;
-        Some([best[0] / self.image_size, best[1] / self.image_size])
+        let s = self.image_size();
+        Some([best[0] / s, best[1] / s])
     }
 }
 
@@ -273,7 +275,7 @@ impl LlavaOnevisionConfig {
     /// # Errors
     /// [`ModelError::Unsupported`] naming `file` and the field.
     pub fn specs(&self, file: &Path) -> Result<(LlavaOnevisionSpec, DecoderSpec), ModelError> {
-        check_model_type_in_file(file, &self.model_type)?;
+        crate::nn::check_model_type_in(file, &self.model_type, &[MODEL_TYPE])?;
         let vision: SiglipVisionConfig = serde_json::from_value(self.vision_config.clone())
             .map_err(|e| unsupported(file, format!("vision_config: {e}")))?;
         let vt = vision.model_type.as_str();
@@ -362,8 +364,6 @@ impl LlavaOnevisionConfig {
             feature_layers,
             max_num_patches: parse_aspect(file, &self.vision_aspect_ratio)?,
             image_grid_pinpoints: pinpoints,
-            image_size: vision.image_size,
-            patch_size: vision.patch_size,
             vision,
         };
         if spec.image_token_id as usize >= dec.vocab_size {
@@ -393,10 +393,6 @@ fn one_image_at_most(images: &[ImageInput]) -> Result<(), ModelError> {
         });
     }
     Ok(())
-}
-
-fn check_model_type_in_file(file: &Path, found: &str) -> Result<(), ModelError> {
-    crate::nn::check_model_type_in(file, found, &[MODEL_TYPE])
 }
 
 /// Python's `a // b` for positive floats (`math.floor` of the quotient as CPython computes it,
@@ -582,15 +578,15 @@ impl LlavaOnevisionForConditionalGeneration {
                 image.image_size
             ))
         })?;
-        if v != 1 + nph * npw || c != 3 || h != s.image_size || w != s.image_size {
+        if v != 1 + nph * npw || c != 3 || h != s.image_size() || w != s.image_size() {
             return Err(err(format!(
                 "pixel_values are [{v}, {c}, {h}, {w}]; an image of {}x{} (width x height) needs \
                  [{}, 3, {}, {}]: the base view and a {nph}x{npw} grid of tiles",
                 image.image_size[1],
                 image.image_size[0],
                 1 + nph * npw,
-                s.image_size,
-                s.image_size
+                s.image_size(),
+                s.image_size()
             )));
         }
         let (x, vision_attentions) =
