@@ -139,6 +139,9 @@ struct Profile {
     loglik: f64,
     beta: Vec<f64>,
     sigma2: f64,
+    /// `Xᵀ V⁻¹ X` with `V` in units of `σ²`.
+    xtvx: Mat<f64>,
+    /// Its inverse.
     cov_unscaled: Mat<f64>,
 }
 
@@ -148,7 +151,7 @@ struct Profile {
 /// groups are unbalanced (where they differ from lme4's `σ̂² (Xᵀ V⁻¹ X)⁻¹`).
 fn statsmodels_cov(sums: &[GroupSums], fit: &Profile, gamma: f64, dof: f64) -> Mat<f64> {
     let p = fit.beta.len();
-    // A = Xᵀ V⁻¹ X (scale units) from its inverse; Q = rᵀ V⁻¹ r.
+    // Q = rᵀ V⁻¹ r.
     let a_inv = &fit.cov_unscaled;
     let q = fit.sigma2 * dof;
     let mut h = vec![0.0; p];
@@ -172,7 +175,7 @@ fn statsmodels_cov(sums: &[GroupSums], fit: &Profile, gamma: f64, dof: f64) -> M
         d += 2.0 * c * sg * sg;
         hre += c * c / 2.0;
     }
-    let a = a_inv.partial_piv_lu().inverse();
+    let a = &fit.xtvx;
     let ql = a_inv * &xtax;
     let ainv_f = a_inv * &f;
     let (mut tr_qq, mut tr_af) = (0.0, 0.0);
@@ -302,6 +305,7 @@ pub fn fit_random_intercept(
             beta,
             sigma2,
             cov_unscaled: llt.inverse(),
+            xtvx: a,
         })
     };
     let ll = |s: f64| profile(s * s).map_or(f64::NEG_INFINITY, |p| p.loglik);

@@ -280,6 +280,11 @@ pub struct ScoreSummary {
 /// As [`read_predictions`], [`ClipScorer::load`] and [`ClipScorer::score`] (naming the line).
 pub fn run_score(cfg: &ScoreConfig, device: &Device) -> Result<ScoreSummary, CoocoError> {
     let preds = read_predictions(&cfg.predictions)?;
+    // The output directory before any scoring, so that a bad --out fails at once.
+    std::fs::create_dir_all(&cfg.out).map_err(|source| CoocoError::Io {
+        path: cfg.out.clone(),
+        source,
+    })?;
     // The resolver names the flag most commands take (`--model`); this one is `--clip`.
     let ckpt = Checkpoint::resolve(&cfg.clip)
         .map_err(|e| CoocoError::Invalid(e.to_string().replace("--model", "--clip")))?;
@@ -323,10 +328,6 @@ pub fn run_score(cfg: &ScoreConfig, device: &Device) -> Result<ScoreSummary, Coo
         threshold: cfg.threshold,
         levenshtein_threshold: cfg.levenshtein_threshold,
     };
-    std::fs::create_dir_all(&cfg.out).map_err(|source| CoocoError::Io {
-        path: cfg.out.clone(),
-        source,
-    })?;
     let items = cfg.out.join("items.jsonl");
     let mut text = lines.join("\n");
     text.push('\n');

@@ -301,6 +301,7 @@ fn clip_scores_match_transformers_on_a_tiny_clip() {
     } else {
         1e-5
     };
+    let preds = read_predictions(&cfg.predictions).unwrap();
     for (i, (got, w)) in items.iter().zip(&want).enumerate() {
         for key in ["clip_score", "ref_clip_score", "sim_target", "sim_scene"] {
             let (g, e) = (got[key].as_f64().unwrap(), w[key].as_f64().unwrap());
@@ -314,11 +315,7 @@ fn clip_scores_match_transformers_on_a_tiny_clip() {
         assert_eq!(got["correct"], w["correct"], "item {i}");
         assert_eq!(
             got["prediction"],
-            serde_json::Value::from(
-                read_predictions(&cfg.predictions).unwrap()[i]
-                    .prediction
-                    .clone()
-            )
+            serde_json::Value::from(preds[i].prediction.clone())
         );
     }
     let acc = want
