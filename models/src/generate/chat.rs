@@ -31,9 +31,19 @@
 //!   ([`RenderOptions::extra`], e.g. Qwen3's `enable_thinking`), which override special tokens
 //!   of the same name.
 //!
-//! Not reproduced: `continue_final_message`, `return_assistant_tokens_mask` (`{% generation %}`
-//! blocks), batched conversations, messages other than `{role, content}` strings, and
-//! transformers' choice of a `tool_use` template when tools are given. Passing an unknown
+//! - **Messages**: [`ChatTemplate::render`] takes `{role, content}` strings;
+//!   [`ChatTemplate::render_messages`] takes any JSON message dicts, such as a processor's
+//!   content lists (`{"role": "user", "content": [{"type": "image"}, {"type": "text", "text":
+//!   ...}]}`), as `ProcessorMixin.apply_chat_template` passes them to the template.
+//! - **`{% generation %}` blocks** (transformers' `AssistantTracker` extension) render their
+//!   body unchanged, as transformers renders them without `return_assistant_tokens_mask`.
+//! - **A processor's template** ([`ChatTemplate::for_processor`], as `ProcessorMixin` loads
+//!   it): `chat_template.jinja`, else the legacy `chat_template.json` (`{"chat_template": ...}`),
+//!   else `processor_config.json`'s `chat_template`; never the tokenizer's.
+//!
+//! Not reproduced: `continue_final_message`, `return_assistant_tokens_mask` (the masks of
+//! `{% generation %}` blocks), batched conversations, and transformers' choice of a `tool_use`
+//! template when tools are given. Passing an unknown
 //! template name is an error here, where transformers would render the name itself as a
 //! template.
 
@@ -240,7 +250,7 @@ impl ChatTemplate {
         env.add_filter("string", |v: &Value| py_str(v));
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
-        env.add_template_owned(origin.clone(), source.clone())
+        env.add_template_owned(origin.clone(), generation_blocks_as_plain(&source))
             .map_err(|e| ChatError::Syntax {
                 origin: origin.clone(),
                 line: e.line(),
@@ -276,22 +286,7 @@ impl ChatTemplate {
     pub fn from_dir_named(dir: &Path, name: Option<&str>) -> Result<Option<Self>, ChatError> {
         let config_path = dir.join("tokenizer_config.json");
         let config = read_json(&config_path)?;
-        let map_path = dir.join("special_tokens_map.json");
-        let special_map = read_json(&map_path)?;
-        let mut special_tokens = BTreeMap::new();
-        for key in SPECIAL_TOKEN_KEYS {
-            let from_config = config.as_ref().and_then(|c| c.get(key));
-            let (path, value) = match from_config {
-                Some(v) => (&config_path, v),
-                None => match special_map.as_ref().and_then(|m| m.get(key)) {
-                    Some(v) => (&map_path, v),
-                    None => continue,
-                },
-            };
-            if let Some(token) = token_string(path, key, value)? {
-                special_tokens.insert(key.to_string(), token);
-            }
-        }
+        let special_tokens = special_tokens_of(dir)?;
 
         // (name, origin, source), the jinja files first as transformers gives them priority.
         let mut templates: Vec<(String, String, String)> = Vec::new();
@@ -379,6 +374,49 @@ impl ChatTemplate {
         Self::new(origin, source, special_tokens).map(Some)
     }
 
+    /// The chat template of the processor in `dir`, as transformers 5's `ProcessorMixin`
+    /// loads it: `chat_template.jinja`, else `chat_template.json` (`{"chat_template": "..."}`,
+    /// the legacy file), else `processor_config.json`'s `chat_template`; `None` when there is
+    /// none (transformers then refuses `apply_chat_template`). The tokenizer's own template is
+    /// not a fallback. Special tokens as [`Self::from_dir_named`].
+    ///
+    /// Errors: unreadable files, invalid JSON, a `chat_template` that is not a string,
+    /// [`ChatError::Syntax`].
+    pub fn for_processor(dir: &Path) -> Result<Option<Self>, ChatError> {
+        if dir.join("chat_template.jinja").is_file() {
+            return Self::from_dir(dir);
+        }
+        for (file, key) in [
+            ("chat_template.json", "chat_template"),
+            ("processor_config.json", "chat_template"),
+        ] {
+            let path = dir.join(file);
+            let Some(json) = read_json(&path)? else {
+                continue;
+            };
+            match json.get(key) {
+                None | Some(serde_json::Value::Null) => continue,
+                Some(serde_json::Value::String(source)) => {
+                    return Self::new(
+                        format!("{} ({key})", path.display()),
+                        source.clone(),
+                        special_tokens_of(dir)?,
+                    )
+                    .map(Some);
+                }
+                Some(other) => {
+                    return Err(ChatError::BadField {
+                        path,
+                        key: key.into(),
+                        expected: "a string (the Jinja template)",
+                        found: short_json(other),
+                    });
+                }
+            }
+        }
+        Ok(None)
+    }
+
     /// Where the template came from (the name errors use).
     pub fn origin(&self) -> &str {
         &self.origin
@@ -405,6 +443,36 @@ impl ChatTemplate {
         messages: &[ChatMessage],
         opts: &RenderOptions,
     ) -> Result<String, ChatError> {
+        let messages: Vec<Value> = messages
+            .iter()
+            .map(|m| {
+                PyDict::value(vec![
+                    ("role".into(), Value::from(m.role.as_str())),
+                    ("content".into(), Value::from(m.content.as_str())),
+                ])
+            })
+            .collect();
+        self.render_values(messages, opts)
+    }
+
+    /// The prompt text for message dicts of any shape (`{"role": ..., "content": [...]}` as a
+    /// processor's chat template expects), passed to the template as they are (objects keep
+    /// their keys in `serde_json::Map` order). Otherwise as [`Self::render`].
+    ///
+    /// Errors: as [`Self::render`].
+    pub fn render_messages(
+        &self,
+        messages: &[serde_json::Value],
+        opts: &RenderOptions,
+    ) -> Result<String, ChatError> {
+        self.render_values(messages.iter().map(json_to_value).collect(), opts)
+    }
+
+    fn render_values(
+        &self,
+        messages: Vec<Value>,
+        opts: &RenderOptions,
+    ) -> Result<String, ChatError> {
         if messages.is_empty() {
             return Err(ChatError::EmptyConversation);
         }
@@ -416,15 +484,6 @@ impl ChatTemplate {
             Some(slot) => slot.1 = value,
             None => vars.push((key.to_string(), value)),
         };
-        let messages: Vec<Value> = messages
-            .iter()
-            .map(|m| {
-                PyDict::value(vec![
-                    ("role".into(), Value::from(m.role.as_str())),
-                    ("content".into(), Value::from(m.content.as_str())),
-                ])
-            })
-            .collect();
         set(&mut vars, "messages", Value::from(messages));
         set(&mut vars, "tools", Value::from(()));
         set(&mut vars, "documents", Value::from(()));
@@ -489,6 +548,51 @@ fn read(path: &Path) -> Result<String, ChatError> {
         path: path.to_path_buf(),
         source,
     })
+}
+
+/// The special tokens of the tokenizer in `dir`: the keys of [`SPECIAL_TOKEN_KEYS`] in
+/// `tokenizer_config.json` (strings or AddedToken objects; null: not set), a key it lacks taken
+/// from `special_tokens_map.json` where present.
+fn special_tokens_of(dir: &Path) -> Result<BTreeMap<String, String>, ChatError> {
+    let config_path = dir.join("tokenizer_config.json");
+    let config = read_json(&config_path)?;
+    let map_path = dir.join("special_tokens_map.json");
+    let special_map = read_json(&map_path)?;
+    let mut special_tokens = BTreeMap::new();
+    for key in SPECIAL_TOKEN_KEYS {
+        let from_config = config.as_ref().and_then(|c| c.get(key));
+        let (path, value) = match from_config {
+            Some(v) => (&config_path, v),
+            None => match special_map.as_ref().and_then(|m| m.get(key)) {
+                Some(v) => (&map_path, v),
+                None => continue,
+            },
+        };
+        if let Some(token) = token_string(path, key, value)? {
+            special_tokens.insert(key.to_string(), token);
+        }
+    }
+    Ok(special_tokens)
+}
+
+/// The template source with transformers' `{% generation %}` / `{% endgeneration %}` tags
+/// (its `AssistantTracker` extension, which renders the body unchanged) turned into a block
+/// that always renders: `{% if true %}` / `{% endif %}`, whitespace control kept.
+fn generation_blocks_as_plain(source: &str) -> String {
+    static TAG: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(r"\{%(-|\+)?\s*(end)?generation\s*(-|\+)?%\}").expect("a valid regex")
+    });
+    TAG.replace_all(source, |c: &regex::Captures<'_>| {
+        let open = c.get(1).map_or("", |m| m.as_str());
+        let close = c.get(3).map_or("", |m| m.as_str());
+        let body = if c.get(2).is_some() {
+            "endif"
+        } else {
+            "if true"
+        };
+        format!("{{%{open} {body} {close}%}}")
+    })
+    .into_owned()
 }
 
 /// The JSON in `path`, `None` when there is no such file.
@@ -994,4 +1098,46 @@ fn tojson_filter(value: &Value, positional: &[Value], kwargs: Kwargs) -> Result<
         }
     }
     to_json(value, &o)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `{% generation %}` blocks render their body as Jinja with transformers' extension does,
+    /// whitespace control included.
+    #[test]
+    fn generation_blocks_render_their_body() {
+        let t = ChatTemplate::new(
+            "test",
+            "{% for m in messages %}[{%- generation -%}  {{ m['content'] }}  {%- endgeneration -%}]\
+             {% generation %}<{{ m['role'] }}>{% endgeneration %}{% endfor %}",
+            BTreeMap::new(),
+        )
+        .unwrap();
+        let got = t
+            .render(&[ChatMessage::new("user", "hi")], &RenderOptions::default())
+            .unwrap();
+        assert_eq!(got, "[hi]<user>");
+        assert_eq!(
+            generation_blocks_as_plain("{%+ generation %}x{% endgeneration -%}"),
+            "{%+ if true %}x{% endif -%}"
+        );
+    }
+
+    /// Content-list messages reach the template as they are.
+    #[test]
+    fn message_dicts_of_any_shape_render() {
+        let t = ChatTemplate::new(
+            "test",
+            "{% for m in messages %}{% for c in m['content'] | selectattr('type', 'equalto', 'image') %}<image>{% endfor %}\
+             {% for c in m['content'] | selectattr('type', 'equalto', 'text') %}{{ c['text'] }}{% endfor %}{% endfor %}",
+            BTreeMap::new(),
+        )
+        .unwrap();
+        let m = serde_json::json!({"role": "user", "content": [
+            {"type": "text", "text": "What?"}, {"type": "image"}]});
+        let got = t.render_messages(&[m], &RenderOptions::default()).unwrap();
+        assert_eq!(got, "<image>What?");
+    }
 }
