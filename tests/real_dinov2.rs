@@ -78,6 +78,7 @@ fn real_dinov2_small_matches_transformers() {
         ForwardOptions {
             output_hidden_states: true,
             output_attentions: false,
+            attention_last_rows: None,
         },
     );
     assert_eq!(out.last_hidden_state.dims(), [1, 1 + 16 * 16, 384]);

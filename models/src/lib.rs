@@ -84,6 +84,12 @@ pub struct ForwardOptions {
     /// Return every block's attention probabilities (`L` tensors, transformers'
     /// `output_attentions=True`). Disables the fused-attention fast path.
     pub output_attentions: bool,
+    /// With `output_attentions`, keep only the last `k` query rows of each attention tensor
+    /// (`[N, H, k, S]` instead of `[N, H, T, S]`), dropping each layer's full matrix as soon as
+    /// it is computed: the rows a decoding step reads, without holding `L` full `T × T`
+    /// matrices. `None` keeps every row (transformers). Honoured by the decoders
+    /// (`LlamaForCausalLM`); encoders return every row.
+    pub attention_last_rows: Option<usize>,
 }
 
 impl ForwardOptions {
@@ -92,6 +98,7 @@ impl ForwardOptions {
         Self {
             output_hidden_states: true,
             output_attentions: true,
+            attention_last_rows: None,
         }
     }
 }
@@ -220,6 +227,7 @@ pub trait VisionEncoder: Send + Sync {
             ForwardOptions {
                 output_hidden_states: true,
                 output_attentions: false,
+                attention_last_rows: None,
             },
         );
         let last = out

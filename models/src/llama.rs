@@ -817,7 +817,13 @@ impl LlamaForCausalLM {
             let (y, p) = layer.forward(x, &cos, &sin, &mask, c, opts.output_attentions);
             x = y;
             if let (Some(a), Some(p)) = (attns.as_mut(), p) {
-                a.push(p);
+                a.push(match opts.attention_last_rows {
+                    Some(k) if k < t => {
+                        let [pn, ph, _, ps] = p.dims();
+                        p.slice([0..pn, 0..ph, t - k..t, 0..ps])
+                    }
+                    _ => p,
+                });
             }
         }
         let x = rms_norm_hf(&self.model.norm, x);

@@ -215,6 +215,30 @@ pub struct ImageInput {
     pub image_size: [usize; 2],
 }
 
+/// Which attention probabilities [`LlavaOnevisionForConditionalGeneration::generate`] returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttentionRequest {
+    /// None (the fused attention path).
+    None,
+    /// As transformers' `generate(output_attentions=True)`: the prompt pass's full
+    /// `[1, H, T, T]` per layer, then `[1, H, 1, T + s]` per generated step; the base view's
+    /// vision attention.
+    Full,
+    /// Only the rows that chose a token: the prompt pass's last query row `[1, H, 1, T]` (each
+    /// layer's full matrix is dropped as soon as it is computed), then `[1, H, 1, T + s]` per
+    /// step; the base view's vision attention. What the attention-allocation analysis reads,
+    /// at a fraction of `Full`'s memory on long image prompts.
+    LastQuery,
+}
+
+/// Which views' attention the vision tower returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ViewAttentions {
+    None,
+    All,
+    Base,
+}
+
 /// A generation with the attention it was asked for.
 #[derive(Debug, Clone)]
 pub struct LlavaGeneration {
@@ -229,7 +253,8 @@ pub struct LlavaGeneration {
     pub vision_attentions: Vec<Vec<Tensor<4>>>,
     /// Per forward pass of the decoder, its `L` attention tensors `[1, H, T, P + T]` (f32): pass 0
     /// is the prompt, pass `s ≥ 1` the `s`-th generated token (as
-    /// [`crate::generate::AttentionObserver`]). Empty unless asked for.
+    /// [`crate::generate::AttentionObserver`]); with [`AttentionRequest::LastQuery`] pass 0 holds
+    /// its last row only (`T` = 1). Empty unless asked for.
     pub llm_attentions: Vec<Vec<Tensor<4>>>,
 }
 
@@ -485,6 +510,22 @@ impl LlavaOnevisionForConditionalGeneration {
         )?)
     }
 
+    /// The architecture of `config` (read from `file`, which errors name) with its weights
+    /// as the constructor leaves them (zero matrices, unit norms): a start for random weights
+    /// ([`crate::randomize`]), e.g. to time a released configuration without its checkpoint.
+    ///
+    /// # Errors
+    /// [`ModelError::Unsupported`] naming the field the configuration gets wrong.
+    pub fn from_config(
+        config: &LlavaOnevisionConfig,
+        file: &Path,
+        device: &Device,
+    ) -> Result<Self, ModelError> {
+        let (spec, dec) = config.specs(file)?;
+        let tied = dec.tie_word_embeddings;
+        Self::init(spec, dec, tied, config, file, device)
+    }
+
     fn init(
         spec: LlavaOnevisionSpec,
         dec: DecoderSpec,
@@ -535,6 +576,7 @@ impl LlavaOnevisionForConditionalGeneration {
         let opts = ForwardOptions {
             output_hidden_states: !only_last,
             output_attentions,
+            attention_last_rows: None,
         };
         let (out, hidden, attns) = t.encoder.forward(x, &AttentionMask::None, opts);
         let selected = if only_last {
@@ -566,6 +608,19 @@ impl LlavaOnevisionForConditionalGeneration {
         image: &ImageInput,
         output_attentions: bool,
     ) -> Result<ImageFeatures, ModelError> {
+        let views = if output_attentions {
+            ViewAttentions::All
+        } else {
+            ViewAttentions::None
+        };
+        self.image_features_with(image, views)
+    }
+
+    fn image_features_with(
+        &self,
+        image: &ImageInput,
+        views: ViewAttentions,
+    ) -> Result<ImageFeatures, ModelError> {
         let s = &self.spec;
         let [v, c, h, w] = image.pixel_values.dims();
         let err = |m: String| ModelError::Unsupported {
@@ -589,8 +644,25 @@ impl LlavaOnevisionForConditionalGeneration {
                 s.image_size()
             )));
         }
-        let (x, vision_attentions) =
-            self.vision_features(image.pixel_values.clone(), output_attentions);
+        let (x, vision_attentions) = match views {
+            ViewAttentions::None => self.vision_features(image.pixel_values.clone(), false),
+            ViewAttentions::All => self.vision_features(image.pixel_values.clone(), true),
+            // The base view with its attention, the tiles without: the same features (every
+            // view is encoded on its own), and only one view's matrices held.
+            ViewAttentions::Base => {
+                let px = &image.pixel_values;
+                let (base, a) =
+                    self.vision_features(px.clone().slice([0..1, 0..c, 0..h, 0..w]), true);
+                let x = if v > 1 {
+                    let (tiles, _) =
+                        self.vision_features(px.clone().slice([1..v, 0..c, 0..h, 0..w]), false);
+                    Tensor::cat(vec![base, tiles], 0)
+                } else {
+                    base
+                };
+                (x, a)
+            }
+        };
         let x = to_dtype(x, self.language_model.dtype());
         let feats = self.multi_modal_projector.forward(x); // [V, g², D]
         let g = s.grid();
@@ -790,8 +862,9 @@ impl LlavaOnevisionForConditionalGeneration {
     }
 
     /// Generates after a prompt whose `<image>` placeholders (one per image, unexpanded) stand
-    /// for `images`. With `attentions`, the base view's vision attention per image and the
-    /// decoder's attention of every forward pass are returned too.
+    /// for `images`. Unless `attentions` is [`AttentionRequest::None`], the base view's vision
+    /// attention per image and the decoder's attention of every forward pass are returned too
+    /// (see [`AttentionRequest`] for their shapes).
     ///
     /// # Errors
     /// [`GenerateError::Model`] as [`Self::image_features`] and
@@ -801,23 +874,22 @@ impl LlavaOnevisionForConditionalGeneration {
         prompt_ids: &[u32],
         images: &[ImageInput],
         opts: &GenerateOptions,
-        attentions: bool,
+        attentions: AttentionRequest,
     ) -> Result<LlavaGeneration, GenerateError> {
         one_image_at_most(images)?;
+        let want = attentions != AttentionRequest::None;
+        let views = if want {
+            ViewAttentions::Base
+        } else {
+            ViewAttentions::None
+        };
         let mut feats = Vec::new();
         let mut vision_attentions = Vec::new();
         let mut map_sizes = Vec::new();
         for im in images {
-            let f = self.image_features(im, attentions)?;
+            let f = self.image_features_with(im, views)?;
             if let Some(a) = f.vision_attentions {
-                vision_attentions.push(
-                    a.into_iter()
-                        .map(|t| {
-                            let [_, h, p, q] = t.dims();
-                            t.slice([0..1, 0..h, 0..p, 0..q])
-                        })
-                        .collect(),
-                );
+                vision_attentions.push(a);
             }
             map_sizes.push(f.map_size);
             feats.push(f.features);
@@ -843,13 +915,14 @@ impl LlavaOnevisionForConditionalGeneration {
         let mut llm_attentions = Vec::new();
         let mut record = |_step: usize, a: Vec<Tensor<4>>| llm_attentions.push(a);
         let observer: Option<crate::generate::AttentionObserver<'_>> =
-            if attentions { Some(&mut record) } else { None };
+            if want { Some(&mut record) } else { None };
         let mut gens = generate_from_embeds_observed(
             &self.language_model,
             embeds,
             &[vec![1u8; t]],
             opts,
             observer,
+            attentions == AttentionRequest::LastQuery,
         )?;
         let mut generation = gens.remove(0);
         generation.prompt_ids = ids;

@@ -99,6 +99,7 @@ fn pretraining_checkpoint_reads_as_transformers_from_pretrained() {
         ForwardOptions {
             output_hidden_states: true,
             output_attentions: false,
+            attention_last_rows: None,
         },
     );
     for (i, h) in out.hidden_states.unwrap().into_iter().enumerate() {

@@ -83,6 +83,7 @@ fn position_embeddings_are_interpolated_bicubically() {
         ForwardOptions {
             output_hidden_states: true,
             output_attentions: false,
+            attention_last_rows: None,
         },
     );
     r.assert_interpolated(out, true, TOL);

@@ -26,6 +26,7 @@ fn check(r: &Reference, model: &dyn VisionEncoder, prefix: &str, stages: usize) 
         ForwardOptions {
             output_hidden_states: stages > 0,
             output_attentions: false,
+            attention_last_rows: None,
         },
     );
     r.assert_close(

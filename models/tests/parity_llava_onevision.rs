@@ -14,7 +14,9 @@ use crate::common::{Reference, checkpoint, device, fixture};
 use bindscope_core::LoadOptions;
 use bindscope_models::ForwardOptions;
 use bindscope_models::generate::GenerateOptions;
-use bindscope_models::llava_onevision::{ImageInput, LlavaOnevisionForConditionalGeneration};
+use bindscope_models::llava_onevision::{
+    AttentionRequest, ImageInput, LlavaOnevisionForConditionalGeneration,
+};
 use burn::prelude::*;
 use std::path::{Path, PathBuf};
 
@@ -82,6 +84,7 @@ fn features_logits_attentions_and_greedy_ids_match_transformers() {
                 ForwardOptions {
                     output_hidden_states: false,
                     output_attentions: true,
+                    attention_last_rows: None,
                 },
             )
             .unwrap();
@@ -103,7 +106,12 @@ fn features_logits_attentions_and_greedy_ids_match_transformers() {
             ..GenerateOptions::default()
         };
         let g = model
-            .generate(&short, std::slice::from_ref(&im), &opts, true)
+            .generate(
+                &short,
+                std::slice::from_ref(&im),
+                &opts,
+                AttentionRequest::Full,
+            )
             .unwrap();
         assert_eq!(g.generation.prompt_ids, prompt, "{key}: expanded prompt");
         assert_eq!(g.image_positions, vec![2..2 + f.features.dims()[0]]);
@@ -138,8 +146,37 @@ fn features_logits_attentions_and_greedy_ids_match_transformers() {
         let base = v0.slice([0..1, 0..h, 0..p, 0..q]);
         let got = g.vision_attentions[0][1].clone();
         assert!((got - base).abs().max().into_scalar::<f32>() <= tol());
+        // The last query rows only: the same rows, the same ids, the same vision attention.
+        let last = model
+            .generate(
+                &short,
+                std::slice::from_ref(&im),
+                &opts,
+                AttentionRequest::LastQuery,
+            )
+            .unwrap();
+        assert_eq!(last.generation.generated_ids, want);
+        let t = prompt.len();
+        for (i, a) in last.llm_attentions[0].iter().enumerate() {
+            assert_eq!(a.dims(), [1, 4, 1, t], "{key}: last-row prompt attention");
+            let full = g.llm_attentions[0][i]
+                .clone()
+                .slice([0..1, 0..4, t - 1..t, 0..t]);
+            let d = (a.clone() - full).abs().max().into_scalar::<f32>();
+            assert!(d <= 1e-6, "{key}: layer {i} last row differs by {d}");
+        }
+        for s in 1..10 {
+            for (a, b) in last.llm_attentions[s].iter().zip(&g.llm_attentions[s]) {
+                assert!((a.clone() - b.clone()).abs().max().into_scalar::<f32>() <= 1e-6);
+            }
+        }
+        let got = last.vision_attentions[0][1].clone();
+        let want_v = g.vision_attentions[0][1].clone();
+        assert!((got - want_v).abs().max().into_scalar::<f32>() <= 1e-5);
         // Without attentions: the same ids.
-        let plain = model.generate(&short, &[im], &opts, false).unwrap();
+        let plain = model
+            .generate(&short, &[im], &opts, AttentionRequest::None)
+            .unwrap();
         assert_eq!(plain.generation.generated_ids, want);
         assert!(plain.llm_attentions.is_empty() && plain.vision_attentions.is_empty());
     }
@@ -257,7 +294,7 @@ fn bad_configs_prompts_and_pixels_are_refused_by_name() {
             &[5, tok, tok, 6],
             std::slice::from_ref(&im),
             &GenerateOptions::default(),
-            false,
+            AttentionRequest::None,
         )
         .unwrap_err()
         .to_string();
@@ -270,7 +307,7 @@ fn bad_configs_prompts_and_pixels_are_refused_by_name() {
             &[5, tok, tok, 6],
             &[im.clone(), im.clone()],
             &GenerateOptions::default(),
-            false,
+            AttentionRequest::None,
         )
         .unwrap_err()
         .to_string();

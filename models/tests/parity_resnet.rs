@@ -32,6 +32,7 @@ fn check(r: &Reference, net: &str, model: &ResNetModel) {
             ForwardOptions {
                 output_hidden_states: true,
                 output_attentions: false,
+                attention_last_rows: None,
             },
         );
         let hidden = out.hidden_states.unwrap();

@@ -85,6 +85,7 @@ fn vit_interpolates_position_embeddings() {
         ForwardOptions {
             output_hidden_states: true,
             output_attentions: false,
+            attention_last_rows: None,
         },
     );
     r.assert_interpolated(out, true, TOL);
@@ -151,6 +152,7 @@ fn dinov2_case(name: &str, registers: usize) {
         ForwardOptions {
             output_hidden_states: true,
             output_attentions: false,
+            attention_last_rows: None,
         },
     );
     r.assert_interpolated(out, true, TOL);
@@ -199,6 +201,7 @@ fn vit_mae_matches_transformers() {
         ForwardOptions {
             output_hidden_states: true,
             output_attentions: false,
+            attention_last_rows: None,
         },
     );
     r.assert_interpolated(out, false, TOL);
@@ -245,6 +248,7 @@ fn ijepa_matches_transformers() {
         ForwardOptions {
             output_hidden_states: true,
             output_attentions: false,
+            attention_last_rows: None,
         },
     );
     r.assert_interpolated(out, false, TOL);

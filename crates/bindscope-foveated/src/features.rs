@@ -349,6 +349,7 @@ impl<'a> Extractor<'a> {
             ForwardOptions {
                 output_hidden_states: true,
                 output_attentions: false,
+                attention_last_rows: None,
             },
         );
         let last = out

@@ -361,6 +361,7 @@ pub fn outputs(
             ForwardOptions {
                 output_hidden_states: true,
                 output_attentions: false,
+                attention_last_rows: None,
             },
         );
         let hs = out.hidden_states.expect("hidden states requested");

@@ -143,6 +143,7 @@ pub fn attention_margins(
             ForwardOptions {
                 output_hidden_states: false,
                 output_attentions: true,
+                attention_last_rows: None,
             },
         );
         let atts = out

@@ -234,6 +234,7 @@ impl<M: TunableText> Trainer<M> {
             ForwardOptions {
                 output_hidden_states: false,
                 output_attentions: want_attn,
+                attention_last_rows: None,
             },
         );
         let emb = self.model.embedding_from(&out, mask);

@@ -444,7 +444,7 @@ pub fn generate_from_embeds(
     attention_mask: &[Vec<u8>],
     opts: &GenerateOptions,
 ) -> Result<Vec<Generation>, GenerateError> {
-    generate_from_embeds_observed(model, inputs_embeds, attention_mask, opts, None)
+    generate_from_embeds_observed(model, inputs_embeds, attention_mask, opts, None, false)
 }
 
 /// The attention probabilities of one forward pass of the decoding loop: `L` tensors
@@ -456,7 +456,9 @@ pub type AttentionObserver<'a> = &'a mut dyn FnMut(usize, Vec<Tensor<4>>);
 
 /// [`generate_from_embeds`], handing every forward pass's attention probabilities to
 /// `observer` (see [`AttentionObserver`]) when one is given: the passes then compute the
-/// probabilities explicitly (no fused attention). The generated ids are the same.
+/// probabilities explicitly (no fused attention). The generated ids are the same. With
+/// `last_row_only` each tensor keeps only its last query row, `[N, H, 1, P + T]`: the row that
+/// chose the next token (step 0's full `T × T` matrices are dropped layer by layer).
 ///
 /// # Errors
 /// As [`generate_from_embeds`].
@@ -466,6 +468,7 @@ pub fn generate_from_embeds_observed(
     attention_mask: &[Vec<u8>],
     opts: &GenerateOptions,
     observer: Option<AttentionObserver<'_>>,
+    last_row_only: bool,
 ) -> Result<Vec<Generation>, GenerateError> {
     let [n, t, _] = inputs_embeds.dims();
     validate(model, n, t, opts)?;
@@ -498,7 +501,7 @@ pub fn generate_from_embeds_observed(
         [n, t],
         opts,
         &device,
-        observer,
+        observer.map(|o| (o, last_row_only)),
     )
 }
 
@@ -515,14 +518,15 @@ fn decode_loop(
     [n, p]: [usize; 2],
     opts: &GenerateOptions,
     device: &Device,
-    mut observer: Option<AttentionObserver<'_>>,
+    mut observer: Option<(AttentionObserver<'_>, bool)>,
 ) -> Result<Vec<Generation>, GenerateError> {
     let fwd = ForwardOptions {
         output_hidden_states: false,
         output_attentions: observer.is_some(),
+        attention_last_rows: observer.as_ref().and_then(|(_, last)| last.then_some(1)),
     };
     let mut observe = |step: usize, attentions: Option<Vec<Tensor<4>>>| {
-        if let (Some(o), Some(a)) = (observer.as_mut(), attentions) {
+        if let (Some((o, _)), Some(a)) = (observer.as_mut(), attentions) {
             o(step, a);
         }
     };
