@@ -2,19 +2,18 @@
 //! resample indices: each resample's mean is `scores[idx].mean()` (numpy's pairwise summation,
 //! then one division), the interval is `np.percentile(means, [2.5, 97.5])` (numpy's default
 //! `linear` method, its `_lerp` included). Given the indices, the bounds are numpy's to the bit;
-//! `tests/bootstrap_numpy.rs` checks it against numpy 2.4 on exported indices.
+//! `crates/bindscope-geb/tests/bootstrap_numpy.rs` checks it against numpy 2.4 on exported
+//! indices.
 //!
-//! The indices come from the project's seeded streams ([`bindscope_core::rng::stream`], keyed
-//! by the seed, the kind of interval and the group): resample `b` is `n` draws of
+//! The indices come from the project's seeded streams ([`crate::rng::stream`], keyed by the
+//! study's namespace, the seed, the kind of interval and the group): resample `b` is `n` draws of
 //! `random_range(0..n)` (`rand` 0.9, uniform over `u32`) in order. [`Resampler::export`] writes
 //! them (safetensors, `indices` `[B, n]` `U32`) so any other implementation can reuse them.
 
-use bindscope_core::rng;
+use crate::rng;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
-/// The default seed of the intervals (`--seed`).
-pub const DEFAULT_SEED: u64 = 20260722;
 /// Resamples of a marginal interval (`--bootstrap`).
 pub const MARGINAL_RESAMPLES: usize = 10_000;
 /// Resamples of a paired-difference interval (`--paired-bootstrap`).
@@ -22,9 +21,7 @@ pub const PAIRED_RESAMPLES: usize = 20_000;
 /// The interval's percentiles: a central 95% interval.
 pub const PERCENTILES: [f64; 2] = [2.5, 97.5];
 
-/// `"geb"`: the study's namespace in [`rng::stream`] key paths.
-const GEB: u64 = 0x0067_6562;
-/// The bootstrap's part of the namespace.
+/// The bootstrap's part of a stream's key path, after the study's namespace.
 const BOOTSTRAP: u64 = 1;
 
 /// Which interval a resample stream serves.
@@ -134,11 +131,19 @@ pub struct Resampler {
 
 impl Resampler {
     /// The resampler of the group `group` (a caller-chosen stable number) for an interval of
-    /// `kind` over `n ≥ 1` items.
+    /// `kind` over `n ≥ 1` items, in the stream namespace of a study (`namespace`, e.g. the
+    /// study's name as bytes; streams of different studies never coincide).
     ///
     /// # Panics
     /// When `n` is 0 or exceeds `u32::MAX`.
-    pub fn new(seed: u64, kind: Kind, group: u64, n: usize, resamples: usize) -> Self {
+    pub fn new(
+        namespace: u64,
+        seed: u64,
+        kind: Kind,
+        group: u64,
+        n: usize,
+        resamples: usize,
+    ) -> Self {
         assert!(
             n > 0 && u32::try_from(n).is_ok(),
             "bootstrap over {n} items"
@@ -148,7 +153,7 @@ impl Resampler {
             Kind::Paired => 1,
         };
         Self {
-            rng: rng::stream(seed, &[GEB, BOOTSTRAP, kind, group]),
+            rng: rng::stream(seed, &[namespace, BOOTSTRAP, kind, group]),
             n,
             resamples,
         }
@@ -184,7 +189,7 @@ impl Resampler {
                 .map_err(|e| format!("{}: {e}", path.display()))?;
         let data = safetensors::serialize([("indices", view)], None)
             .map_err(|e| format!("{}: {e}", path.display()))?;
-        bindscope_core::fsutil::write_atomic(path, &data)
+        crate::fsutil::write_atomic(path, &data)
             .map_err(|e| format!("writing {}: {e}", path.display()))
     }
 
@@ -246,10 +251,10 @@ mod tests {
     #[test]
     fn same_seed_same_bits() {
         let s: Vec<f64> = (0..37).map(|i| f64::from(i % 3) / 2.0).collect();
-        let a = Resampler::new(1, Kind::Marginal, 0, s.len(), 500).marginal(&s);
-        let b = Resampler::new(1, Kind::Marginal, 0, s.len(), 500).marginal(&s);
+        let a = Resampler::new(7, 1, Kind::Marginal, 0, s.len(), 500).marginal(&s);
+        let b = Resampler::new(7, 1, Kind::Marginal, 0, s.len(), 500).marginal(&s);
         assert_eq!(a, b);
-        let c = Resampler::new(2, Kind::Marginal, 0, s.len(), 500).marginal(&s);
+        let c = Resampler::new(7, 2, Kind::Marginal, 0, s.len(), 500).marginal(&s);
         assert_ne!(a, c);
     }
 }

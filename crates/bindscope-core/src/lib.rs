@@ -23,6 +23,7 @@
 
 pub mod alloc;
 pub mod anyres;
+pub mod bootstrap;
 pub mod checkpoint;
 pub mod device;
 pub mod fsutil;

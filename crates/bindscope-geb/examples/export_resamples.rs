@@ -7,7 +7,7 @@
 //!
 //! `OUT.safetensors` holds `indices`, `U32` `[RESAMPLES, N]` (`Resampler::export`).
 
-use bindscope_geb::bootstrap::{Kind, Resampler};
+use bindscope_geb::bootstrap::{self, Kind};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -43,7 +43,7 @@ fn main() {
         eprintln!("N {n}: expected 1..=4294967295");
         std::process::exit(2);
     }
-    if let Err(e) = Resampler::new(seed, kind, group, n as usize, b as usize)
+    if let Err(e) = bootstrap::resampler(seed, kind, group, n as usize, b as usize)
         .export(std::path::Path::new(&args[5]))
     {
         eprintln!("{e}");

@@ -17,7 +17,7 @@
 //!
 //! Nothing is written when an input is refused.
 
-use crate::bootstrap::{self, Interval, Kind, Resampler};
+use crate::bootstrap::{self, Interval, Kind};
 use crate::metrics::{self, Category, LMMS_EVAL_VERSION, Source, reasoning::TagPair};
 use crate::records::{self, Record, RecordsError};
 use bindscope_core::run::{RunContext, RunError, run_dir, write_csv_table, write_json};
@@ -304,7 +304,7 @@ pub fn run(config: &ScoreConfig, ctx: &RunContext) -> Result<ScoreReport, ScoreE
             return Ok(());
         }
         let path = export_dir.join(format!("{}-{}.safetensors", kind_name(kind), g.name));
-        Resampler::new(config.seed, kind, g.stream, g.items.len(), resamples)
+        bootstrap::resampler(config.seed, kind, g.stream, g.items.len(), resamples)
             .export(&path)
             .map_err(ScoreError::Export)
     };
@@ -313,7 +313,7 @@ pub fn run(config: &ScoreConfig, ctx: &RunContext) -> Result<ScoreReport, ScoreE
     let marginal = |g: &Group| -> Result<GroupScore, ScoreError> {
         let s: Vec<f64> = g.items.iter().map(|&i| scores[i]).collect();
         let ci95 = (config.resamples > 0).then(|| {
-            pct(Resampler::new(
+            pct(bootstrap::resampler(
                 config.seed,
                 Kind::Marginal,
                 g.stream,
@@ -344,7 +344,7 @@ pub fn run(config: &ScoreConfig, ctx: &RunContext) -> Result<ScoreReport, ScoreE
                 let a: Vec<f64> = g.items.iter().map(|&i| scores[i]).collect();
                 let b: Vec<f64> = g.items.iter().map(|&i| other[i]).collect();
                 let ci95 = (config.paired_resamples > 0).then(|| {
-                    pct(Resampler::new(
+                    pct(bootstrap::resampler(
                         config.seed,
                         Kind::Paired,
                         g.stream,

@@ -2,7 +2,7 @@
 //! resample indices hash to what numpy read, and the interval bounds equal numpy's
 //! `np.percentile(a[idx].mean(axis=1) [- b[idx].mean(axis=1)], [2.5, 97.5])` to the bit.
 
-use bindscope_geb::bootstrap::{Kind, Resampler};
+use bindscope_geb::bootstrap::{self, Kind};
 use serde::Deserialize;
 use sha2::Digest;
 
@@ -48,7 +48,7 @@ fn indices_are_the_ones_numpy_read() {
     let f = fixture();
     assert!(f.numpy.starts_with("2.4"), "numpy {}", f.numpy);
     for c in &f.cases {
-        let idx = Resampler::new(c.seed, kind(c), c.group, c.n, c.resamples).all();
+        let idx = bootstrap::resampler(c.seed, kind(c), c.group, c.n, c.resamples).all();
         assert_eq!(idx.len(), c.n * c.resamples);
         let bytes: Vec<u8> = idx.iter().flat_map(|v| v.to_le_bytes()).collect();
         let digest = format!("{:x}", sha2::Sha256::digest(&bytes));
@@ -63,7 +63,7 @@ fn intervals_equal_numpys_bits() {
     for c in &f.cases {
         let a = floats(&c.a_bits);
         assert_eq!(a.len(), c.n, "{}", c.name);
-        let r = Resampler::new(c.seed, kind(c), c.group, c.n, c.resamples);
+        let r = bootstrap::resampler(c.seed, kind(c), c.group, c.n, c.resamples);
         let got = match &c.b_bits {
             None => r.marginal(&a),
             Some(b) => r.paired(&a, &floats(b)),
