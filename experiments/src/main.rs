@@ -148,7 +148,7 @@ fn main() {
                 Command::Correlate(a) => correlate::run(a, &ctx),
                 Command::Geb(a) => geb::run(a, &ctx),
                 Command::Saber(a) => saber::run(a, &ctx),
-                Command::Cooco(a) => cooco::run(a, &device),
+                Command::Cooco(a) => cooco::run(a, &ctx),
                 Command::Devices => unreachable!("handled above"),
             };
             // Let queued GPU work finish before the process exits: a driver still compiling a

@@ -10,14 +10,19 @@
 //! ([`prompt`]), the `prepare` run ([`run_prepare`]) behind `experiments cooco prepare`, which
 //! writes every prepared image and a `prompts.jsonl` that any model's outputs can be matched
 //! against, the CLIP metrics of the answers ([`score`]: CLIPScore, RefCLIPScore, text
-//! similarities, accuracy) and the output–scene mixed-effects model ([`lme`], REML). The model
-//! (LLaVA-OneVision) is `bindscope_models::llava_onevision`; the generation run over images ×
-//! conditions and the attention-allocation analysis are not built yet.
+//! similarities, accuracy), the output–scene mixed-effects model ([`lme`], REML), and the
+//! study's run ([`run`]: LLaVA-OneVision, `bindscope_models::llava_onevision`, names the object
+//! of every image under every noise condition; the answers are scored, aggregated with bootstrap
+//! intervals and plotted by [`report`], and the attention allocation of App. C is measured by
+//! [`attention`]).
 
+pub mod attention;
 pub mod dataset;
 pub mod lme;
 pub mod prepare;
 pub mod prompt;
+pub mod report;
+pub mod run;
 pub mod score;
 #[cfg(test)]
 mod tests;

@@ -19,7 +19,7 @@
 
 use crate::CoocoError;
 use bindscope_core::{Checkpoint, LoadOptions};
-use bindscope_data::image::{DecodeOptions, ImageProcessor, decode_file};
+use bindscope_data::image::{DecodeOptions, ImageProcessor, RgbImage, decode_file};
 use bindscope_data::text::Tokenizer;
 use bindscope_models::clip::ClipModel;
 use burn::prelude::*;
@@ -140,7 +140,17 @@ impl ClipScorer {
     /// [`CoocoError::Image`] naming the file.
     pub fn image(&self, path: &Path) -> Result<Vec<f64>, CoocoError> {
         let img = decode_file(path, &DecodeOptions::hf())?;
-        let px = self.processor.pixel_values(&[img], &self.device)?;
+        self.image_embedding(&img)
+    }
+
+    /// The L2-normalised embedding of an image in memory.
+    ///
+    /// # Errors
+    /// [`CoocoError::Image`] when the processor refuses it.
+    pub fn image_embedding(&self, img: &RgbImage) -> Result<Vec<f64>, CoocoError> {
+        let px = self
+            .processor
+            .pixel_values(std::slice::from_ref(img), &self.device)?;
         let e = self.model.image_embeds(px);
         let d = e.dims()[1];
         let host = bindscope_core::device::to_host_f32(e)
@@ -153,13 +163,21 @@ impl ClipScorer {
     /// # Errors
     /// As [`Self::image`] and [`Self::texts`]; [`CoocoError::Invalid`] without references.
     pub fn score(&self, p: &Prediction, image: &Path) -> Result<ItemScores, CoocoError> {
+        let v = self.image(image)?;
+        self.score_embedded(p, &v)
+    }
+
+    /// The metrics of one prediction given its image's [`Self::image_embedding`].
+    ///
+    /// # Errors
+    /// As [`Self::texts`]; [`CoocoError::Invalid`] without references.
+    pub fn score_embedded(&self, p: &Prediction, v: &[f64]) -> Result<ItemScores, CoocoError> {
         if p.references.is_empty() {
             return Err(CoocoError::Invalid(format!(
                 "{}: no references for RefCLIPScore",
                 p.image
             )));
         }
-        let v = self.image(image)?;
         let mut texts = vec![format!("{PREFIX}{}", p.prediction)];
         texts.extend(p.references.iter().map(|r| format!("{PREFIX}{r}")));
         texts.extend([p.prediction.clone(), p.target.clone(), p.scene.clone()]);
@@ -167,7 +185,7 @@ impl ClipScorer {
         let e = self.texts(&refs)?;
         let n = p.references.len();
         let cand = &e[0];
-        let clip_score = 2.5 * dot(&v, cand).max(0.0);
+        let clip_score = 2.5 * dot(v, cand).max(0.0);
         let best = e[1..=n]
             .iter()
             .map(|r| dot(cand, r))

@@ -464,3 +464,252 @@ fn a_box_the_resize_truncates_below_a_pixel_is_refused() {
     assert!(e.contains("less than a pixel"), "{e}");
     assert!(prepare(&img, [10.0, 2.0, 4.0, 10.0]).is_ok());
 }
+
+// ---- The run, end to end, against tests/fixtures/gen/cooco_llava.py ----
+
+fn llava_dir() -> PathBuf {
+    fixture().join("../cooco_llava")
+}
+
+fn llava_reference() -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(llava_dir().join("reference.json")).unwrap())
+        .unwrap()
+}
+
+fn run_config(out: &Path) -> crate::run::RunConfig {
+    let mut cfg = crate::run::RunConfig::new(fixture(), llava_dir().display().to_string());
+    cfg.clip = fixture().join("../cooco_clip").display().to_string();
+    cfg.out = Some(out.to_path_buf());
+    cfg.areas = vec![NoiseArea::Target, NoiseArea::Context];
+    cfg.levels = vec![0.0];
+    cfg.attention_all_sizes = true;
+    cfg.bootstrap = 200;
+    cfg
+}
+
+fn context() -> bindscope_core::run::RunContext {
+    let device = bindscope_core::device::test_device();
+    bindscope_core::run::RunContext::new(
+        device,
+        "test",
+        bindscope_core::run::BuildInfo {
+            version: "test",
+            git_commit: "test",
+            git_dirty: None,
+            dependencies: &[],
+        },
+    )
+}
+
+fn generations(dir: &Path) -> Vec<crate::run::GenerationRecord> {
+    bindscope_core::run::read_jsonl(&dir.join("generations.jsonl"), "generation").unwrap()
+}
+
+#[test]
+fn the_processor_chat_template_renders_as_transformers() {
+    use bindscope_models::generate::chat::{ChatTemplate, RenderOptions};
+    let t = ChatTemplate::for_processor(&llava_dir()).unwrap().unwrap();
+    assert!(
+        t.origin().ends_with("chat_template.json (chat_template)"),
+        "{}",
+        t.origin()
+    );
+    for case in llava_reference()["chat_cases"].as_array().unwrap() {
+        let messages = case["messages"].as_array().unwrap().clone();
+        let opts = RenderOptions {
+            add_generation_prompt: case["add_generation_prompt"].as_bool().unwrap(),
+            ..RenderOptions::default()
+        };
+        let got = t.render_messages(&messages, &opts).unwrap();
+        assert_eq!(got, case["expected"].as_str().unwrap());
+    }
+}
+
+/// The naming step and the attention ratios against transformers + numpy (level 0, every
+/// prepared size in the analysis), resuming, and the report files.
+#[test]
+fn the_run_matches_transformers_and_resumes() {
+    let want = llava_reference();
+    let out = tempfile::tempdir().unwrap();
+    let cfg = run_config(out.path());
+    let ctx = context();
+    let s = crate::run::run(&cfg, &ctx).unwrap();
+    assert_eq!((s.rows, s.generated), (6, 3));
+    let gens = generations(out.path());
+    assert_eq!(gens.len(), 6);
+    let tol = if bindscope_core::device::testing_on_accelerator() {
+        2e-3
+    } else {
+        1e-4
+    };
+    let items = want["items"].as_array().unwrap();
+    for w in items {
+        let image = w["image"].as_str().unwrap();
+        let rows: Vec<_> = gens.iter().filter(|g| g.image == image).collect();
+        assert_eq!(rows.len(), 2, "{image}: one row per area at level 0");
+        let ids: Vec<u32> = serde_json::from_value(w["generated_ids"].clone()).unwrap();
+        let ratios: Vec<f64> = serde_json::from_value(w["ratios"].clone()).unwrap();
+        for g in rows {
+            assert_eq!(g.generated_ids, ids, "{image}: greedy ids");
+            assert_eq!(g.output, w["answer"].as_str().unwrap(), "{image}: answer");
+            assert_eq!(g.stopped_on_eos, ids.last() == Some(&258));
+            assert!(g.in_attention);
+            assert_eq!(g.ratios.len(), ratios.len());
+            for (l, (got, e)) in g.ratios.iter().zip(&ratios).enumerate() {
+                let got = got.unwrap();
+                assert!(
+                    (got - e).abs() <= tol * e.abs().max(1.0),
+                    "{image} layer {l}: r = {got}, transformers + numpy {e}"
+                );
+            }
+        }
+    }
+    // The exact prompt, its tokens.
+    let ckpt = bindscope_core::Checkpoint::resolve(&llava_dir().display().to_string()).unwrap();
+    let namer = crate::run::Namer::load(&ckpt, 10, &ctx.device).unwrap();
+    let user = &gens[0].prompt;
+    let text = namer.chat_text(user).unwrap();
+    let w0 = items
+        .iter()
+        .find(|w| w["image"] == gens[0].image.as_str())
+        .unwrap();
+    assert_eq!(text, w0["prompt"].as_str().unwrap());
+
+    for f in [
+        "config.json",
+        "vit_mean.safetensors",
+        "items.jsonl",
+        "items.csv",
+        "summary.json",
+        "aggregates.csv",
+        "aggregates.json",
+        "fig_accuracy.svg",
+        "fig_ref_clip_score.svg",
+        "fig_sim_scene.svg",
+        "attention.csv",
+        "attention_target.svg",
+        "attention_context.svg",
+    ] {
+        assert!(out.path().join(f).is_file(), "{f} written");
+    }
+    for f in ["fig_accuracy.svg", "attention_target.svg"] {
+        let svg = std::fs::read_to_string(out.path().join(f)).unwrap();
+        let problems = bindscope_core::plot::audit_svg(&svg);
+        assert!(problems.is_empty(), "{f}: {problems:?}");
+    }
+    let items_csv = std::fs::read_to_string(out.path().join("items.csv")).unwrap();
+    assert_eq!(items_csv.lines().count(), 7);
+    assert!(
+        items_csv
+            .lines()
+            .next()
+            .unwrap()
+            .ends_with("ratio_l0,ratio_l1")
+    );
+    let first: Vec<crate::run::ScoredRecord> =
+        bindscope_core::run::read_jsonl(&out.path().join("items.jsonl"), "item").unwrap();
+
+    // A second invocation resumes: nothing to generate, the same items.
+    let again = crate::run::run(&cfg, &ctx).unwrap();
+    assert_eq!(again.generated, 0);
+    // An interruption mid-line: the cut line is dropped and its image generated again.
+    let gp = out.path().join("generations.jsonl");
+    let text = std::fs::read_to_string(&gp).unwrap();
+    let keep: Vec<&str> = text.lines().take(2).collect();
+    std::fs::write(&gp, format!("{}\n{{\"image\": \"10", keep.join("\n"))).unwrap();
+    std::fs::remove_file(out.path().join("scored.jsonl")).unwrap();
+    let resumed = crate::run::run(&cfg, &ctx).unwrap();
+    assert_eq!(resumed.generated, 2);
+    let second: Vec<crate::run::ScoredRecord> =
+        bindscope_core::run::read_jsonl(&out.path().join("items.jsonl"), "item").unwrap();
+    assert_eq!(first, second);
+
+    // Another configuration in the same directory is refused, naming the difference.
+    let mut other = run_config(out.path());
+    other.seed = 5;
+    let e = crate::run::run(&other, &ctx).unwrap_err().to_string();
+    assert!(e.contains("seed"), "{e}");
+}
+
+/// Noise conditions: level 0 generated once and recorded per area, noisy levels per area, the
+/// default attention analysis on 640 x 640 images only.
+#[test]
+fn noise_conditions_and_the_default_attention_sizes() {
+    let out = tempfile::tempdir().unwrap();
+    let mut cfg = run_config(out.path());
+    cfg.areas = vec![NoiseArea::Target, NoiseArea::All];
+    cfg.levels = vec![0.0, 0.5];
+    cfg.attention_all_sizes = false;
+    cfg.limit = Some(2);
+    let s = crate::run::run(&cfg, &context()).unwrap();
+    // 2 images: level 0 once (2 rows), level 0.5 per area (2 rows).
+    assert_eq!((s.rows, s.generated), (8, 6));
+    let gens = generations(out.path());
+    let reference = llava_reference();
+    for g in &gens {
+        let big = g.size == [640, 640];
+        assert_eq!(g.in_attention, big, "{}: only 640 x 640 images", g.image);
+        assert_eq!(g.ratios.is_empty(), !big);
+        if g.level == 0.0 {
+            let w = reference["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|w| w["image"] == g.image.as_str())
+                .unwrap();
+            assert_eq!(g.output, w["answer"].as_str().unwrap());
+        }
+    }
+    let agg = std::fs::read_to_string(out.path().join("aggregates.csv")).unwrap();
+    // rel_level high and clean x areas target, all x levels 0, 0.5, six metrics each.
+    assert_eq!(agg.lines().count(), 1 + 2 * 2 * 2 * 6);
+    // The mixed model reads the run's items.
+    let fit =
+        crate::lme::run_lme(&out.path().join("items.jsonl"), &out.path().join("lme")).unwrap();
+    assert_eq!((fit.n_obs, fit.n_groups), (8, 2));
+}
+
+#[test]
+fn run_options_and_checkpoints_are_checked() {
+    let out = tempfile::tempdir().unwrap();
+    let ctx = context();
+    let mut cfg = run_config(&out.path().join("a"));
+    cfg.areas = vec![];
+    assert!(
+        crate::run::run(&cfg, &ctx)
+            .unwrap_err()
+            .to_string()
+            .contains("--areas")
+    );
+    let mut cfg = run_config(&out.path().join("b"));
+    cfg.levels = vec![0.5, 0.5];
+    assert!(
+        crate::run::run(&cfg, &ctx)
+            .unwrap_err()
+            .to_string()
+            .contains("repeat")
+    );
+    // A checkpoint without a processor chat template.
+    let bare = out.path().join("bare");
+    std::fs::create_dir_all(&bare).unwrap();
+    for f in std::fs::read_dir(llava_dir()).unwrap() {
+        let p = f.unwrap().path();
+        if p.file_name().unwrap() != "chat_template.json" {
+            std::fs::copy(&p, bare.join(p.file_name().unwrap())).unwrap();
+        }
+    }
+    let mut cfg = run_config(&out.path().join("c"));
+    cfg.model = bare.display().to_string();
+    let e = crate::run::run(&cfg, &ctx).unwrap_err().to_string();
+    assert!(e.contains("no processor chat template"), "{e}");
+    assert!(
+        !out.path().join("c").exists(),
+        "nothing written for a bad checkpoint"
+    );
+    // A CLIP checkpoint that is not one.
+    let mut cfg = run_config(&out.path().join("d"));
+    cfg.clip = llava_dir().display().to_string();
+    let e = crate::run::run(&cfg, &ctx).unwrap_err().to_string();
+    assert!(e.contains("--clip"), "{e}");
+    assert!(!out.path().join("d").exists());
+}
