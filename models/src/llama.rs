@@ -820,7 +820,14 @@ impl LlamaForCausalLM {
                 a.push(match opts.attention_last_rows {
                     Some(k) if k < t => {
                         let [pn, ph, _, ps] = p.dims();
-                        p.slice([0..pn, 0..ph, t - k..t, 0..ps])
+                        let rows = p.slice([0..pn, 0..ph, t - k..t, 0..ps]);
+                        // A slice is a view of the whole `[N, H, T, S]` buffer on some backends
+                        // (burn-flex): copy the rows out so that the buffer is freed now.
+                        let device = rows.device();
+                        let data = rows.try_into_data().map_err(|e| {
+                            err(format!("reading the last attention rows back: {e}"))
+                        })?;
+                        Tensor::from_data(data, &device)
                     }
                     _ => p,
                 });
