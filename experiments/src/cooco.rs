@@ -59,9 +59,14 @@ pub struct RunArgs {
     #[arg(long, value_delimiter = ',', default_value = "target,context,all")]
     areas: Vec<String>,
     /// Noise levels λ, comma-separated (level 0 is generated once and recorded for every area).
-    #[arg(long, value_delimiter = ',', default_value = "0,0.5,1")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "0,0.5,1",
+        allow_negative_numbers = true
+    )]
     levels: Vec<f64>,
-    /// Only the first N images (metadata order).
+    /// Only the first N images (in file-name order).
     #[arg(long)]
     limit: Option<usize>,
     /// Seed of the per-(image, area, level) noise streams.
@@ -73,11 +78,12 @@ pub struct RunArgs {
     /// The CLIP checkpoint of the metrics (a directory or a Hub id).
     #[arg(long, default_value = "openai/clip-vit-base-patch32")]
     clip: String,
-    /// An answer is correct when its text similarity to the target is strictly greater.
-    #[arg(long, default_value_t = 0.9)]
+    /// An answer is correct when its CLIP text similarity to the expected label
+    /// (swapped_object, else target) is strictly greater.
+    #[arg(long, default_value_t = 0.9, allow_negative_numbers = true)]
     threshold: f64,
     /// The Levenshtein variant is correct when the normalized similarity is strictly greater.
-    #[arg(long, default_value_t = 0.9)]
+    #[arg(long, default_value_t = 0.9, allow_negative_numbers = true)]
     levenshtein_threshold: f64,
     /// Skip the attention-allocation analysis.
     #[arg(long)]
@@ -205,12 +211,37 @@ pub fn run(args: CoocoArgs, ctx: &RunContext) -> Result<()> {
             cfg.skip_invalid = a.skip_invalid;
             cfg.bootstrap = a.bootstrap;
             cfg.bootstrap_seed = a.bootstrap_seed;
+            let all_sizes = cfg.attention_all_sizes;
+            let attention = cfg.attention;
             let s = bindscope_cooco::run::run(&cfg, ctx)?;
             let m = &s.summary.means;
+            if s.excluded > 0 || !s.invalid.is_empty() {
+                println!(
+                    "left out: {} record(s) marked excluded, {} invalid (listed in invalid.json)",
+                    s.excluded,
+                    s.invalid.len()
+                );
+                for i in &s.invalid {
+                    println!("  {}: {}", i.file, i.reason);
+                }
+            }
+            if attention && s.attention_rows == 0 {
+                println!(
+                    "attention: no row is in the analysis{} — no attention.csv or heatmaps",
+                    if all_sizes {
+                        ""
+                    } else {
+                        " (no prepared image is 640 x 640; --attention-all-sizes takes every size)"
+                    }
+                );
+            } else if attention {
+                println!("attention: {} rows in the analysis", s.attention_rows);
+            }
             println!(
-                "{} rows ({} generated now): accuracy {:.4}, RefCLIPScore {:.4}, CLIPScore {:.4}, \
-                 output–scene similarity {:.4} -> {}",
+                "{} rows, {} distinct answers ({} generated now): accuracy {:.4}, RefCLIPScore \
+                 {:.4}, CLIPScore {:.4}, output–scene similarity {:.4} -> {}",
                 s.rows,
+                s.summary.answers,
                 s.generated,
                 m["accuracy"],
                 m["ref_clip_score"],
@@ -221,6 +252,9 @@ pub fn run(args: CoocoArgs, ctx: &RunContext) -> Result<()> {
             Ok(())
         }
         CoocoCommand::Attention(a) => {
+            if !a.run.is_dir() {
+                anyhow::bail!("--run {}: no such directory", a.run.display());
+            }
             let items: Vec<bindscope_cooco::run::ScoredRecord> =
                 bindscope_core::run::read_jsonl(&a.run.join("items.jsonl"), "item")?;
             if items.is_empty() {
@@ -229,10 +263,17 @@ pub fn run(args: CoocoArgs, ctx: &RunContext) -> Result<()> {
                     a.run.join("items.jsonl").display()
                 );
             }
-            let out = a.out.unwrap_or(a.run);
+            let out = a.out.clone().unwrap_or_else(|| a.run.clone());
             std::fs::create_dir_all(&out)?;
-            bindscope_cooco::report::attention_report(&out, &items)?;
-            println!("attention report -> {}", out.display());
+            let n = bindscope_cooco::report::attention_report(&out, &items)?;
+            if n == 0 {
+                anyhow::bail!(
+                    "{}: no item is in the attention analysis (a run with --no-attention, or \
+                     without 640 x 640 images and without --attention-all-sizes)",
+                    a.run.join("items.jsonl").display()
+                );
+            }
+            println!("attention report of {n} rows -> {}", out.display());
             Ok(())
         }
         CoocoCommand::Lme(a) => {

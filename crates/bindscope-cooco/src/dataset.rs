@@ -134,8 +134,10 @@ fn check(file: &str, v: &serde_json::Value, images: &Path) -> Result<Option<Reco
     if !v.is_object() {
         return Err(format!("the record is not an object: {v}"));
     }
-    if v.get("excluded").and_then(serde_json::Value::as_bool) == Some(true) {
-        return Ok(None);
+    match v.get("excluded") {
+        Some(serde_json::Value::Bool(true)) => return Ok(None),
+        None | Some(serde_json::Value::Null) | Some(serde_json::Value::Bool(false)) => {}
+        Some(other) => return Err(format!("excluded must be true or false, got {other}")),
     }
     let need = |key: &str| -> Result<String, String> {
         string_field(v, key)?.ok_or_else(|| format!("no {key}"))

@@ -113,9 +113,13 @@ pub fn prepare(img: &RgbImage, bbox: [f64; 4]) -> Result<Prepared, CoocoError> {
         (img.clone(), bbox, false)
     };
     if bbox[2] < 1.0 || bbox[3] < 1.0 {
+        let after = if resized {
+            format!(" after the resize to width {MAX_WIDTH}")
+        } else {
+            String::new()
+        };
         return Err(CoocoError::Invalid(format!(
-            "the box is {} x {} px after the resize to width {MAX_WIDTH}: less than a pixel \
-             wide or high",
+            "the box is {} x {} px{after}: less than a pixel wide or high",
             bbox[2], bbox[3]
         )));
     }

@@ -3,7 +3,8 @@
 //!
 //! - `items.jsonl` / `items.csv`: one row per image × condition (the answer, its metrics, and
 //!   `r_l` per vision layer where the instance is in the attention analysis).
-//! - `summary.json`: the means over every row.
+//! - `summary.json`: the means over distinct answers (a level-0 answer, recorded once per
+//!   area, counts once).
 //! - `aggregates.csv` / `aggregates.json`: per relatedness (`rel_level`) × noise area × noise
 //!   level, the count and for each metric (`clip_score`, `ref_clip_score`, `accuracy`,
 //!   `accuracy_levenshtein`, `sim_target`, `sim_scene`) the mean and a 95% percentile
@@ -60,12 +61,14 @@ fn metric(r: &ScoredRecord, name: &str) -> f64 {
     }
 }
 
-/// The means over every row.
+/// The means over distinct answers.
 #[derive(Debug, Clone, Serialize)]
 pub struct Summary {
-    /// Rows (image × condition).
+    /// Rows (image × condition; a level-0 answer has one row per area).
     pub rows: usize,
-    /// Mean per metric of [`METRICS`].
+    /// Distinct answers (a level-0 answer counted once).
+    pub answers: usize,
+    /// Mean per metric of [`METRICS`] over the distinct answers.
     pub means: BTreeMap<String, f64>,
 }
 
@@ -234,15 +237,31 @@ pub fn write(
         .collect();
     write_csv_table(&dir.join("items.csv"), &header, &rows).map_err(err)?;
 
+    // The means over distinct answers: a level-0 answer is recorded once per area but
+    // counted once here.
+    let mut seen = std::collections::HashSet::new();
+    let distinct: Vec<&ScoredRecord> = items
+        .iter()
+        .filter(|r| {
+            let g = &r.generation;
+            let area = if g.level == 0.0 {
+                "none"
+            } else {
+                g.area.name()
+            };
+            seen.insert((g.image.clone(), area, g.level.to_bits()))
+        })
+        .collect();
     let means: BTreeMap<String, f64> = METRICS
         .iter()
         .map(|m| {
-            let v: Vec<f64> = items.iter().map(|r| metric(r, m)).collect();
+            let v: Vec<f64> = distinct.iter().map(|r| metric(r, m)).collect();
             (m.to_string(), numpy_mean(&v))
         })
         .collect();
     let summary = Summary {
         rows: items.len(),
+        answers: distinct.len(),
         means,
     };
     write_json(&dir.join("summary.json"), &summary).map_err(err)?;
@@ -392,17 +411,17 @@ fn ratio_grid(rows: &[&ScoredRecord], levels: &[f64], layers: usize) -> Vec<Vec<
 }
 
 /// `attention.csv` and `attention_<area>.svg` (see the [module docs](self)) from the rows in
-/// the analysis; nothing when there are none.
+/// the analysis; returns how many there are (nothing is written when there are none).
 ///
 /// # Errors
 /// [`CoocoError::Invalid`] for a failed write or plot.
-pub fn attention_report(dir: &Path, items: &[ScoredRecord]) -> Result<(), CoocoError> {
+pub fn attention_report(dir: &Path, items: &[ScoredRecord]) -> Result<usize, CoocoError> {
     let rows: Vec<&ScoredRecord> = items
         .iter()
         .filter(|r| r.generation.in_attention && !r.generation.ratios.is_empty())
         .collect();
     let Some(layers) = rows.iter().map(|r| r.generation.ratios.len()).max() else {
-        return Ok(());
+        return Ok(0);
     };
     let mut header: Vec<String> = ["image", "area", "level", "rel_level", "output", "correct"]
         .iter()
@@ -471,7 +490,7 @@ pub fn attention_report(dir: &Path, items: &[ScoredRecord]) -> Result<(), CoocoE
         )
         .map_err(err)?;
     }
-    Ok(())
+    Ok(rows.len())
 }
 
 /// White → blue for `t ∈ [0, 1]`.

@@ -19,8 +19,13 @@
 //! each instance's `r_l` ([`crate::attention`]). Only prepared images of 640 × 640 pixels enter
 //! the analysis unless `attention_all_sizes` is set.
 //!
-//! **Run directory** ([`bindscope_core::run::run_dir`]): `config.json` (the identity: dataset,
-//! checkpoints with their sha256, conditions, options), `vit_mean.safetensors` (the
+//! **Before anything is written** every image is decoded and prepared (a truncated file or a
+//! box the resize shrinks below a pixel is an error naming it, or is left out with
+//! `skip_invalid`), and both checkpoints are loaded.
+//!
+//! **Run directory** ([`bindscope_core::run::run_dir`]): `config.json` (the identity: the
+//! metadata's sha256, the checkpoints by content — weights, tokenizer, processor, chat template
+//! and generation config — the conditions in a canonical order, the options), `vit_mean.safetensors` (the
 //! dataset-mean maps, `layer.L` `[g², g²]` f64), `generations.jsonl` (one line per image ×
 //! condition, appended as it is made: a second invocation resumes after the last complete
 //! line), `scored.jsonl` (the same lines with their CLIP metrics, appended), and at the end
@@ -64,7 +69,7 @@ pub struct RunConfig {
     pub areas: Vec<NoiseArea>,
     /// Noise levels λ.
     pub levels: Vec<f64>,
-    /// Only the first `limit` images (in metadata order).
+    /// Only the first `limit` images (in file-name order).
     pub limit: Option<usize>,
     /// Seed of the noise streams.
     pub seed: u64,
@@ -208,7 +213,8 @@ pub struct Namer {
     pub model: LlavaOnevisionForConditionalGeneration,
     tokenizer: LmTokenizer,
     processor: AnyresProcessor,
-    template: ChatTemplate,
+    /// The processor chat template.
+    pub template: ChatTemplate,
     opts: GenerateOptions,
     device: Device,
 }
@@ -458,6 +464,13 @@ pub struct RunSummary {
     pub rows: usize,
     /// Distinct generations made by this invocation (0 when everything was resumed).
     pub generated: usize,
+    /// Rows in the attention analysis (0 without attention, or when no prepared image is
+    /// 640 × 640 and `attention_all_sizes` is off).
+    pub attention_rows: usize,
+    /// Records the metadata marks `excluded`.
+    pub excluded: usize,
+    /// Records left out as invalid (with `skip_invalid`).
+    pub invalid: Vec<dataset::Invalid>,
     /// The metric means.
     pub summary: crate::report::Summary,
 }
@@ -479,10 +492,20 @@ fn check(cfg: &RunConfig) -> Result<(), CoocoError> {
         }
     }
     let mut seen = HashSet::new();
-    if !cfg.levels.iter().all(|l| seen.insert(l.to_bits()))
-        || cfg.areas.iter().collect::<HashSet<_>>().len() != cfg.areas.len()
-    {
-        return Err(invalid("--areas and --levels must not repeat a value"));
+    if let Some(l) = cfg.levels.iter().find(|l| !seen.insert(l.to_bits())) {
+        return Err(invalid(format!("--levels: {l} is given twice")));
+    }
+    let mut seen = HashSet::new();
+    if let Some(a) = cfg.areas.iter().find(|a| !seen.insert(**a)) {
+        return Err(invalid(format!("--areas: {} is given twice", a.name())));
+    }
+    for (flag, v) in [
+        ("--threshold", cfg.threshold),
+        ("--levenshtein-threshold", cfg.levenshtein_threshold),
+    ] {
+        if !v.is_finite() {
+            return Err(invalid(format!("{flag} must be a finite number, got {v}")));
+        }
     }
     if cfg.max_new_tokens == 0 {
         return Err(invalid("--max-new-tokens must be at least 1"));
@@ -504,15 +527,69 @@ fn resolve(spec: &str, flag: &str) -> Result<Checkpoint, CoocoError> {
 /// image the model refuses (named), an I/O failure.
 pub fn run(cfg: &RunConfig, ctx: &RunContext) -> Result<RunSummary, CoocoError> {
     check(cfg)?;
+    // The conditions in one order whatever order they were given in (every condition has
+    // its own noise stream, so the order changes no number).
+    let mut areas = cfg.areas.clone();
+    areas.sort();
+    let mut levels = cfg.levels.clone();
+    levels.sort_by(f64::total_cmp);
     let device = &ctx.device;
-    let ds = dataset::load(&cfg.data, cfg.skip_invalid)?;
+    let mut ds = dataset::load(&cfg.data, cfg.skip_invalid)?;
+    // Every image decoded and prepared before anything is written: a truncated file or a box
+    // the resize shrinks below a pixel is named now (or left out with skip_invalid), not
+    // half-way through the run.
     let n_records = cfg
         .limit
         .map_or(ds.records.len(), |l| l.min(ds.records.len()));
-    let records = &ds.records[..n_records];
+    let mut records = Vec::with_capacity(n_records);
+    let mut bad = Vec::new();
+    for r in &ds.records[..n_records] {
+        let checked = decode_file(ds.image_path(r), &DecodeOptions::hf())
+            .map_err(|e| e.to_string())
+            .and_then(|img| prepare(&img, r.target_bbox).map_err(|e| e.to_string()));
+        match checked {
+            Ok(_) => records.push(r.clone()),
+            Err(reason) => bad.push(dataset::Invalid {
+                file: r.file.clone(),
+                reason,
+            }),
+        }
+    }
+    if !bad.is_empty() && !cfg.skip_invalid {
+        let list: Vec<String> = bad
+            .iter()
+            .map(|b| format!("  {}: {}", b.file, b.reason))
+            .collect();
+        return Err(invalid(format!(
+            "{}: {} image(s) cannot be prepared (--skip-invalid leaves them out):\n{}",
+            ds.metadata.display(),
+            bad.len(),
+            list.join("\n")
+        )));
+    }
+    ds.invalid.extend(bad);
+    if records.is_empty() {
+        return Err(invalid(format!(
+            "{}: no image left to run (every one is invalid)",
+            ds.metadata.display()
+        )));
+    }
+    let records = &records[..];
     let ckpt = resolve(&cfg.model, "--model")?;
     let clip = resolve(&cfg.clip, "--clip")?;
     let sha = |c: &Checkpoint| c.weights_sha256().map_err(|e| invalid(e.to_string()));
+    let file_sha = |p: Option<&Path>| -> Result<Option<String>, CoocoError> {
+        use sha2::Digest;
+        p.map(|p| {
+            std::fs::read(p)
+                .map(|b| format!("{:x}", sha2::Sha256::digest(&b)))
+                .map_err(|source| CoocoError::Io {
+                    path: p.to_path_buf(),
+                    source,
+                })
+        })
+        .transpose()
+    };
     let metadata_sha = {
         use sha2::Digest;
         let bytes = std::fs::read(&ds.metadata).map_err(|source| CoocoError::Io {
@@ -521,13 +598,39 @@ pub fn run(cfg: &RunConfig, ctx: &RunContext) -> Result<RunSummary, CoocoError> 
         })?;
         format!("{:x}", sha2::Sha256::digest(&bytes))
     };
+    // Both models before the run directory: a checkpoint that cannot be used leaves nothing.
+    let namer = Namer::load(&ckpt, cfg.max_new_tokens, device)?;
+    let mut scorer = ClipScorer::load(&clip, device)?;
+    scorer.threshold = cfg.threshold;
+    scorer.levenshtein_threshold = cfg.levenshtein_threshold;
+    let template_sha = {
+        use sha2::Digest;
+        format!(
+            "{:x}",
+            sha2::Sha256::digest(namer.template.source().as_bytes())
+        )
+    };
+    let generation_config = ckpt.config.with_file_name("generation_config.json");
+    // The checkpoints by content (weights, tokenizer, processor, chat template, generation
+    // config), not by how their path was written; the specs are recorded beside the identity.
     let identity = serde_json::json!({
         "command": "cooco run",
-        "data": {"metadata_sha256": metadata_sha, "images": n_records, "skip_invalid": cfg.skip_invalid},
-        "model": {"spec": cfg.model, "weights_sha256": sha(&ckpt)?},
-        "clip": {"spec": cfg.clip, "weights_sha256": sha(&clip)?},
-        "areas": cfg.areas.iter().map(|a| a.name()).collect::<Vec<_>>(),
-        "levels": cfg.levels,
+        "data": {"metadata_sha256": metadata_sha, "limit": cfg.limit, "skip_invalid": cfg.skip_invalid},
+        "model": {
+            "weights_sha256": sha(&ckpt)?,
+            "tokenizer_sha256": file_sha(ckpt.tokenizer.as_deref())?,
+            "preprocessor_config_sha256": file_sha(ckpt.preprocessor_config.as_deref())?,
+            "chat_template_sha256": template_sha,
+            "generation_config_sha256": file_sha(Some(generation_config.as_path()).filter(|p| p.is_file()))?,
+        },
+        "clip": {
+            "weights_sha256": sha(&clip)?,
+            "tokenizer_sha256": file_sha(clip.tokenizer.as_deref())?,
+            "preprocessor_config_sha256": file_sha(clip.preprocessor_config.as_deref())?,
+        },
+        "areas": areas.iter().map(|a| a.name()).collect::<Vec<_>>(),
+        "levels": levels,
+
         "seed": cfg.seed,
         "family": Family::LlavaOnevision.name(),
         "max_new_tokens": cfg.max_new_tokens,
@@ -538,21 +641,24 @@ pub fn run(cfg: &RunConfig, ctx: &RunContext) -> Result<RunSummary, CoocoError> 
         "attention_all_sizes": cfg.attention_all_sizes,
         "bootstrap": {"resamples": cfg.bootstrap, "seed": cfg.bootstrap_seed},
     });
-    // Both models before the run directory: a checkpoint that cannot be used leaves nothing.
-    let namer = Namer::load(&ckpt, cfg.max_new_tokens, device)?;
-    let mut scorer = ClipScorer::load(&clip, device)?;
-    scorer.threshold = cfg.threshold;
-    scorer.levenshtein_threshold = cfg.levenshtein_threshold;
     let name = format!("run-{}", bindscope_core::run::slug(&cfg.model));
     let dir = run_dir("cooco", &name, cfg.out.clone(), &identity, cfg.fresh)
         .map_err(|e| invalid(e.to_string()))?;
-    let config = ctx.config_json(serde_json::json!({ "identity": identity }));
+    let config = ctx.config_json(serde_json::json!({
+        "identity": identity,
+        "model": cfg.model,
+        "clip": cfg.clip,
+        "data": cfg.data,
+        "images": records.len(),
+        "excluded": ds.excluded,
+        "invalid": ds.invalid.len(),
+    }));
     write_json(&dir.join("config.json"), &config).map_err(|e| invalid(e.to_string()))?;
     if cfg.skip_invalid {
         write_json(&dir.join("invalid.json"), &ds.invalid).map_err(|e| invalid(e.to_string()))?;
     }
 
-    let insts = instances(records.len(), &cfg.areas, &cfg.levels);
+    let insts = instances(records.len(), &areas, &levels);
     let gen_path = dir.join("generations.jsonl");
     let done: Vec<GenerationRecord> =
         read_jsonl(&gen_path, "generation").map_err(|e| invalid(e.to_string()))?;
@@ -702,6 +808,12 @@ pub fn run(cfg: &RunConfig, ctx: &RunContext) -> Result<RunSummary, CoocoError> 
         dir,
         rows: items.len(),
         generated,
+        attention_rows: items
+            .iter()
+            .filter(|r| r.generation.in_attention && !r.generation.ratios.is_empty())
+            .count(),
+        excluded: ds.excluded,
+        invalid: ds.invalid.clone(),
         summary,
     })
 }

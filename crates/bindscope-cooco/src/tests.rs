@@ -534,7 +534,8 @@ fn the_run_matches_transformers_and_resumes() {
     let cfg = run_config(out.path());
     let ctx = context();
     let s = crate::run::run(&cfg, &ctx).unwrap();
-    assert_eq!((s.rows, s.generated), (6, 3));
+    assert_eq!((s.rows, s.generated, s.summary.answers), (6, 3, 3));
+    assert_eq!(s.attention_rows, 6);
     let gens = generations(out.path());
     assert_eq!(gens.len(), 6);
     let tol = if bindscope_core::device::testing_on_accelerator() {
@@ -629,6 +630,28 @@ fn the_run_matches_transformers_and_resumes() {
     other.seed = 5;
     let e = crate::run::run(&other, &ctx).unwrap_err().to_string();
     assert!(e.contains("seed"), "{e}");
+    // The same checkpoint written another way, the conditions in another order: a resume.
+    let mut same = run_config(out.path());
+    same.model = format!("{}/", llava_dir().display());
+    same.areas = vec![NoiseArea::Context, NoiseArea::Target];
+    assert_eq!(crate::run::run(&same, &ctx).unwrap().generated, 0);
+    // Another chat template is another run.
+    let edited = out.path().join("edited");
+    std::fs::create_dir_all(&edited).unwrap();
+    for f in std::fs::read_dir(llava_dir()).unwrap() {
+        let p = f.unwrap().path();
+        std::fs::copy(&p, edited.join(p.file_name().unwrap())).unwrap();
+    }
+    let t = std::fs::read_to_string(edited.join("chat_template.json")).unwrap();
+    std::fs::write(
+        edited.join("chat_template.json"),
+        t.replace("'<|im_start|>assistant", "'Well. <|im_start|>assistant"),
+    )
+    .unwrap();
+    let mut other = run_config(out.path());
+    other.model = edited.display().to_string();
+    let e = crate::run::run(&other, &ctx).unwrap_err().to_string();
+    assert!(e.contains("chat_template_sha256"), "{e}");
 }
 
 /// Noise conditions: level 0 generated once and recorded per area, noisy levels per area, the
@@ -683,12 +706,49 @@ fn run_options_and_checkpoints_are_checked() {
     );
     let mut cfg = run_config(&out.path().join("b"));
     cfg.levels = vec![0.5, 0.5];
+    let e = crate::run::run(&cfg, &ctx).unwrap_err().to_string();
+    assert!(e.contains("--levels: 0.5 is given twice"), "{e}");
+    let mut cfg = run_config(&out.path().join("b2"));
+    cfg.threshold = f64::NAN;
+    let e = crate::run::run(&cfg, &ctx).unwrap_err().to_string();
+    assert!(e.contains("--threshold"), "{e}");
+    // A truncated image and a box the resize shrinks below a pixel: named before anything is
+    // written, or left out with skip_invalid.
+    let data = out.path().join("data");
+    std::fs::create_dir_all(data.join("images")).unwrap();
+    for f in std::fs::read_dir(fixture().join("images")).unwrap() {
+        let p = f.unwrap().path();
+        std::fs::copy(&p, data.join("images").join(p.file_name().unwrap())).unwrap();
+    }
+    let full = std::fs::read(fixture().join("images/1002_street_car_clean.jpg")).unwrap();
+    std::fs::write(
+        data.join("images/1002_street_car_clean.jpg"),
+        &full[..full.len() / 2],
+    )
+    .unwrap();
+    let mut meta: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture().join("metadata.json")).unwrap())
+            .unwrap();
+    meta["1001_kitchen_cup_high.jpg"]["target_bbox"] = serde_json::json!([10.9, 10.0, 1.0, 1.0]);
+    std::fs::write(data.join("metadata.json"), meta.to_string()).unwrap();
+    let mut cfg = run_config(&out.path().join("bad"));
+    cfg.data = data.clone();
+    let e = crate::run::run(&cfg, &ctx).unwrap_err().to_string();
     assert!(
-        crate::run::run(&cfg, &ctx)
-            .unwrap_err()
-            .to_string()
-            .contains("repeat")
+        e.contains("2 image(s) cannot be prepared")
+            && e.contains("1001_kitchen_cup_high.jpg: the box is 0 x 0 px after the resize")
+            && e.contains("1002_street_car_clean.jpg"),
+        "{e}"
     );
+    assert!(!out.path().join("bad").exists(), "nothing written");
+    cfg.skip_invalid = true;
+    let s = crate::run::run(&cfg, &ctx).unwrap();
+    assert_eq!((s.rows, s.invalid.len(), s.excluded), (2, 2, 1));
+    let listed: Vec<serde_json::Value> = serde_json::from_str(
+        &std::fs::read_to_string(out.path().join("bad/invalid.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(listed.len(), 2);
     // A checkpoint without a processor chat template.
     let bare = out.path().join("bare");
     std::fs::create_dir_all(&bare).unwrap();
