@@ -217,9 +217,14 @@ pub fn run(args: CoocoArgs, ctx: &RunContext) -> Result<()> {
             let m = &s.summary.means;
             if s.excluded > 0 || !s.invalid.is_empty() {
                 println!(
-                    "left out: {} record(s) marked excluded, {} invalid (listed in invalid.json)",
+                    "left out: {} record(s) marked excluded, {} invalid{}",
                     s.excluded,
-                    s.invalid.len()
+                    s.invalid.len(),
+                    if s.invalid.is_empty() {
+                        ""
+                    } else {
+                        " (listed in invalid.json)"
+                    }
                 );
                 for i in &s.invalid {
                     println!("  {}: {}", i.file, i.reason);
