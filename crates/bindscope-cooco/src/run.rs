@@ -831,23 +831,19 @@ fn vit_mean(
     included: &dyn Fn(&Region) -> bool,
 ) -> Result<Vec<Vec<f64>>, CoocoError> {
     let final_path = dir.join("vit_mean.safetensors");
-    if let Some((maps, _)) = read_maps(&final_path)? {
-        return Ok(maps);
+    if let Some(saved) = read_maps(&final_path)? {
+        return Ok(saved.maps);
     }
+    // Partial sums: the instances before `position` are in them, `count` of them included.
     let partial = dir.join("vit_mean.partial.safetensors");
-    let (mut sum, mut start) = match read_maps(&partial)? {
-        Some((maps, pos)) => (maps, pos),
-        None => (Vec::new(), 0),
-    };
-    let mut count = 0usize;
+    let saved = read_maps(&partial)?.unwrap_or(SavedMaps {
+        maps: Vec::new(),
+        position: 0,
+        count: 0,
+    });
+    let (mut sum, mut start, mut count) = (saved.maps, saved.position, saved.count);
     let progress = bindscope_core::run::progress(insts.len() as u64, "mean attention maps");
     progress.set_position(start as u64);
-    // The count so far: the included instances before `start`.
-    for inst in &insts[..start.min(insts.len())] {
-        let r = &records[inst.record];
-        let (_, region) = condition_image(ds, r, inst.area, inst.level, cfg.seed)?;
-        count += usize::from(included(&region));
-    }
     while start < insts.len() {
         let inst = &insts[start];
         let r = &records[inst.record];
@@ -867,7 +863,7 @@ fn vit_mean(
         start += 1;
         progress.inc(1);
         if start % 32 == 0 && start < insts.len() {
-            write_maps(&partial, &sum, start)?;
+            write_maps(&partial, &sum, start, count)?;
         }
     }
     progress.finish_and_clear();
@@ -875,16 +871,26 @@ fn vit_mean(
         .into_iter()
         .map(|s| s.into_iter().map(|x| x / count.max(1) as f64).collect())
         .collect();
-    write_maps(&final_path, &mean, count)?;
+    write_maps(&final_path, &mean, insts.len(), count)?;
     let _ = std::fs::remove_file(&partial);
     Ok(mean)
 }
 
-/// Per-layer `[g², g²]` maps and the instance position they were saved at.
-type Maps = (Vec<Vec<f64>>, usize);
+/// Per-layer `[g², g²]` maps (sums or means), saved after the instances before `position`, of
+/// which `count` are in the analysis.
+struct SavedMaps {
+    maps: Vec<Vec<f64>>,
+    position: usize,
+    count: usize,
+}
 
-/// Writes maps `layer.L` (F64 `[n, n]`) with `position` in the metadata.
-fn write_maps(path: &Path, maps: &[Vec<f64>], position: usize) -> Result<(), CoocoError> {
+/// Writes maps `layer.L` (F64 `[n, n]`) with `position` and `count` in the metadata.
+fn write_maps(
+    path: &Path,
+    maps: &[Vec<f64>],
+    position: usize,
+    count: usize,
+) -> Result<(), CoocoError> {
     let bytes: Vec<Vec<u8>> = maps
         .iter()
         .map(|m| m.iter().flat_map(|x| x.to_le_bytes()).collect())
@@ -896,7 +902,10 @@ fn write_maps(path: &Path, maps: &[Vec<f64>], position: usize) -> Result<(), Coo
             .map_err(|e| invalid(format!("{}: {e}", path.display())))?;
         views.push((format!("layer.{l}"), view));
     }
-    let meta = std::collections::HashMap::from([("position".to_string(), position.to_string())]);
+    let meta = std::collections::HashMap::from([
+        ("position".to_string(), position.to_string()),
+        ("count".to_string(), count.to_string()),
+    ]);
     let data = safetensors::serialize(views, Some(meta))
         .map_err(|e| invalid(format!("{}: {e}", path.display())))?;
     bindscope_core::fsutil::write_atomic(path, &data).map_err(|source| CoocoError::Io {
@@ -905,8 +914,8 @@ fn write_maps(path: &Path, maps: &[Vec<f64>], position: usize) -> Result<(), Coo
     })
 }
 
-/// The maps of [`write_maps`] and their position, `None` when the file does not exist.
-fn read_maps(path: &Path) -> Result<Option<Maps>, CoocoError> {
+/// What [`write_maps`] wrote, `None` when the file does not exist.
+fn read_maps(path: &Path) -> Result<Option<SavedMaps>, CoocoError> {
     if !path.is_file() {
         return Ok(None);
     }
@@ -917,12 +926,14 @@ fn read_maps(path: &Path) -> Result<Option<Maps>, CoocoError> {
     let bad = |m: String| invalid(format!("{}: {m} (delete it to recompute)", path.display()));
     let (_, meta) =
         safetensors::SafeTensors::read_metadata(&bytes).map_err(|e| bad(e.to_string()))?;
-    let position = meta
-        .metadata()
-        .as_ref()
-        .and_then(|m| m.get("position"))
-        .and_then(|p| p.parse().ok())
-        .ok_or_else(|| bad("no position in the metadata".into()))?;
+    let number = |key: &str| -> Result<usize, CoocoError> {
+        meta.metadata()
+            .as_ref()
+            .and_then(|m| m.get(key))
+            .and_then(|p| p.parse().ok())
+            .ok_or_else(|| bad(format!("no {key} in the metadata")))
+    };
+    let (position, count) = (number("position")?, number("count")?);
     let st = safetensors::SafeTensors::deserialize(&bytes).map_err(|e| bad(e.to_string()))?;
     let mut maps = Vec::new();
     for l in 0.. {
@@ -939,5 +950,9 @@ fn read_maps(path: &Path) -> Result<Option<Maps>, CoocoError> {
                 .collect(),
         );
     }
-    Ok(Some((maps, position)))
+    Ok(Some(SavedMaps {
+        maps,
+        position,
+        count,
+    }))
 }
