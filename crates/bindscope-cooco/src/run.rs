@@ -878,14 +878,14 @@ fn vit_mean(
 
 /// Per-layer `[g², g²]` maps (sums or means), saved after the instances before `position`, of
 /// which `count` are in the analysis.
-struct SavedMaps {
-    maps: Vec<Vec<f64>>,
-    position: usize,
-    count: usize,
+pub(crate) struct SavedMaps {
+    pub(crate) maps: Vec<Vec<f64>>,
+    pub(crate) position: usize,
+    pub(crate) count: usize,
 }
 
 /// Writes maps `layer.L` (F64 `[n, n]`) with `position` and `count` in the metadata.
-fn write_maps(
+pub(crate) fn write_maps(
     path: &Path,
     maps: &[Vec<f64>],
     position: usize,
@@ -915,7 +915,7 @@ fn write_maps(
 }
 
 /// What [`write_maps`] wrote, `None` when the file does not exist.
-fn read_maps(path: &Path) -> Result<Option<SavedMaps>, CoocoError> {
+pub(crate) fn read_maps(path: &Path) -> Result<Option<SavedMaps>, CoocoError> {
     if !path.is_file() {
         return Ok(None);
     }

@@ -773,3 +773,53 @@ fn run_options_and_checkpoints_are_checked() {
     assert!(e.contains("--clip"), "{e}");
     assert!(!out.path().join("d").exists());
 }
+
+/// The dataset-mean maps resume from partial sums: the sums saved after the first instance are
+/// taken as they are (here the first map doubled, so that a pass that ignored them and started
+/// over would be caught: the mean is then the whole pass's plus a third of the first map).
+#[test]
+fn the_mean_attention_maps_resume_from_partial_sums() {
+    let out = tempfile::tempdir().unwrap();
+    let cfg = run_config(out.path());
+    let ctx = context();
+    crate::run::run(&cfg, &ctx).unwrap();
+    let whole = crate::run::read_maps(&out.path().join("vit_mean.safetensors"))
+        .unwrap()
+        .unwrap();
+    assert_eq!((whole.position, whole.count), (3, 3));
+    // The partial sums after instance 0 (the first image, clean), then a resumed pass.
+    let ckpt = bindscope_core::Checkpoint::resolve(&llava_dir().display().to_string()).unwrap();
+    let namer = crate::run::Namer::load(&ckpt, 10, &ctx.device).unwrap();
+    let ds = dataset::load(&fixture(), false).unwrap();
+    let img = decode_file(ds.image_path(&ds.records[0]), &DecodeOptions::hf()).unwrap();
+    let p = prepare(&img, ds.records[0].target_bbox).unwrap();
+    let first = namer.vit_maps(&p.image).unwrap();
+    let doubled: Vec<Vec<f64>> = first
+        .iter()
+        .map(|m| m.iter().map(|x| 2.0 * x).collect())
+        .collect();
+    crate::run::write_maps(
+        &out.path().join("vit_mean.partial.safetensors"),
+        &doubled,
+        1,
+        1,
+    )
+    .unwrap();
+    for f in ["vit_mean.safetensors", "generations.jsonl", "scored.jsonl"] {
+        std::fs::remove_file(out.path().join(f)).unwrap();
+    }
+    crate::run::run(&cfg, &ctx).unwrap();
+    let resumed = crate::run::read_maps(&out.path().join("vit_mean.safetensors"))
+        .unwrap()
+        .unwrap();
+    assert_eq!((resumed.position, resumed.count), (3, 3));
+    assert!(!out.path().join("vit_mean.partial.safetensors").exists());
+    let mut moved = 0.0f64;
+    for ((a, b), f) in whole.maps.iter().zip(&resumed.maps).zip(&first) {
+        for ((x, y), z) in a.iter().zip(b).zip(f) {
+            assert!((x + z / 3.0 - y).abs() <= 1e-12, "{x} + {z}/3 vs {y}");
+            moved = moved.max((x - y).abs());
+        }
+    }
+    assert!(moved > 1e-3, "the partial sums were used");
+}
