@@ -210,6 +210,45 @@ fn resnet_sketches_match_torch_func() {
     }
 }
 
+#[test]
+fn eva_sketches_match_torch_func() {
+    // The EVA-02 CLIP tower (rotary embeddings, SwiGLU) has no written-out backward: both
+    // sketches of its image embedding through burn's autodiff, against torch.func.vjp / jvp.
+    // The output sketch's batched copies are independent rows, so every chunking agrees.
+    let ad = bindscope_core::device::test_device().autodiff();
+    let m = fixture_model("eva", &ad);
+    let r = Reference::open("eva");
+    let x = r.tensor::<4>("jer.x", &ad);
+    assert!(
+        m.linearize(x.clone(), VisionReadout::Pooled, Outputs::Final)
+            .is_none()
+    );
+    let g = r.tensor::<2>("jer.G", &bindscope_core::device::test_device());
+    let v = r.tensor::<2>("jer.V", &bindscope_core::device::test_device());
+    let f = |x: Tensor<4>| vec![m.embed(x, VisionReadout::Pooled)];
+    let tol = if bindscope_core::device::testing_on_accelerator() {
+        3e-4
+    } else {
+        1e-4
+    };
+    for chunk in [4, 3, 1] {
+        let gtj = host(output_sketch(&f, &x, 0, g.clone(), chunk).unwrap());
+        let e = relative_error(&gtj, &r.f32("jer.GtJ").1);
+        assert!(
+            e <= tol,
+            "EVA Gᵀ·J vs torch.func.vjp: relative error {e:e} (chunk {chunk})"
+        );
+    }
+    for chunk in [4, 3] {
+        let jv = host(input_sketch(&f, &x, 0, 6, v.clone(), chunk).unwrap());
+        let e = relative_error(&jv, &r.f32("jer.JV").1);
+        assert!(
+            e <= tol,
+            "EVA J·V vs torch.func.jvp: relative error {e:e} (chunk {chunk})"
+        );
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // The shared backward (`bindscope_models::linearize`): one forward pass, hand-written VJPs.
 // ---------------------------------------------------------------------------------------------

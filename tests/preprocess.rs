@@ -567,6 +567,20 @@ fn timm_checkpoints_preprocess_like_timm() {
     assert!(err.contains("crop_mode 'squash'"), "{err}");
 }
 
+/// An EVA-CLIP tower in timm's layout: the same transform with OpenAI CLIP's mean / std
+/// (`tests/fixtures/eva`, timm 1.0.31).
+#[test]
+fn timm_eva_clip_preprocesses_like_timm() {
+    let r = crate::common::Reference::open("eva");
+    let ckpt = bindscope_core::Checkpoint::resolve(&fixture("eva").display().to_string()).unwrap();
+    let p = ImageProcessor::for_checkpoint(&ckpt).unwrap();
+    assert_eq!(
+        (p.size, p.crop_size),
+        (ResizeTo::ShortestEdge(35), (32, 32))
+    );
+    check_preprocess_images(&p, &r, 1e-6);
+}
+
 /// A `.pth` checkpoint has no `preprocessor_config.json`: it is preprocessed with torchvision's
 /// ImageNet transform.
 #[test]

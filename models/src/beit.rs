@@ -501,7 +501,7 @@ pub struct FusedQkv {
 
 impl FusedQkv {
     /// `[N, T, D]` → query, key, value, each `[N, T, D]`: `x·Wᵀ + [q_bias | 0 | v_bias]`.
-    fn forward(&self, x: Tensor<3>) -> [Tensor<3>; 3] {
+    pub fn forward(&self, x: Tensor<3>) -> [Tensor<3>; 3] {
         let [n, t, d] = x.dims();
         let w = self.weight.val();
         let y = x.reshape([n * t, d]).matmul(w.transpose()); // [N·T, 3D]

@@ -14,6 +14,7 @@
 //! | [`vit_mae`] | ViT-MAE encoder, masking off | `ViTMAEModel` |
 //! | [`ijepa`] | I-JEPA context encoder, mean-pooled | `IJepaModel` |
 //! | [`beit`] | BEiT: relative position bias, layer scale, mean pooling | `BeitModel` |
+//! | [`eva`] | EVA-02 / EVA-CLIP image tower: 2-D rotary embeddings, SwiGLU, sub-LayerNorm | timm `Eva` |
 //! | [`convnext`] | ConvNeXt, layernormed global average | `ConvNextModel` |
 //! | [`resnet`] | ResNet-18 … 152, BatchNorm in eval mode, global average pool | torchvision `ResNet` |
 //! | [`bert`] | BERT encoder, sentence-transformers mean pooling | `BertModel` |
@@ -39,6 +40,7 @@ pub mod bert;
 pub mod clip;
 pub mod convnext;
 pub mod dinov2;
+pub mod eva;
 pub mod generate;
 pub mod ijepa;
 pub mod linearize;

@@ -785,12 +785,13 @@ pub fn model_type(ckpt: &Checkpoint) -> Result<String, ModelError> {
         && let Some(arch) = v.get("architecture").and_then(|a| a.as_str())
     {
         return crate::beit::timm_model_type(arch)
+            .or_else(|| crate::eva::timm_model_type(arch))
             .map(str::to_string)
             .ok_or_else(|| ModelError::Unsupported {
                 file: ckpt.config.display().to_string(),
                 message: format!(
                     "a timm checkpoint ('{arch}'): bindscope reads timm's layout for the models \
-                     named {}*",
+                     named {}*, eva02_*, eva_*",
                     crate::beit::TIMM_ARCHITECTURES.join("*, ")
                 ),
             });

@@ -14,6 +14,7 @@
 //! | `vit_mae` | `ViTMAEModel` | [`crate::vit_mae::ViTMAEModel`] | — |
 //! | `ijepa` | `IJepaModel` | [`crate::ijepa::IJepaModel`] | — |
 //! | `beit` | `BeitModel` (also the encoder of `BeitForMaskedImageModeling`, `BeitForImageClassification`) | [`crate::beit::BeitModel`] | — |
+//! | `eva` | timm `Eva` (a timm repository whose `architecture` is `eva02_*` / `eva_*`; EVA-CLIP towers keep `head` as their projection) | [`crate::eva::EvaModel`] | — |
 //! | `convnext` | `ConvNextModel` | [`crate::convnext::ConvNextModel`] | — |
 //! | `resnet`, `resnet18` … `resnet152` | torchvision `ResNet` (a `.pth` without `config.json`: `--arch`, or inferred from its keys) | [`crate::resnet::ResNetModel`] | — |
 //! | `bert` | `BertModel` | — | [`crate::bert::BertModel`] |
@@ -43,7 +44,8 @@
 
 use crate::{CausalLm, ModelError, ModelInfo, TextEncoder, VisionEncoder};
 use crate::{
-    beit, bert, clip, convnext, dinov2, ijepa, llama, qwen2, qwen3, resnet, siglip, vit, vit_mae,
+    beit, bert, clip, convnext, dinov2, eva, ijepa, llama, qwen2, qwen3, resnet, siglip, vit,
+    vit_mae,
 };
 use bindscope_core::{Checkpoint, LoadOptions};
 use burn::module::Module;
@@ -185,6 +187,13 @@ pub const ARCHITECTURES: &[Architecture] = &[
         model_types: &[beit::MODEL_TYPE],
         hf_class: "BeitModel",
         vision: Some(|c, d, o| boxed_vision(beit::BeitModel::load(c, d, o), d)),
+        text: None,
+        causal_lm: None,
+    },
+    Architecture {
+        model_types: &[eva::MODEL_TYPE],
+        hf_class: "timm.models.eva.Eva",
+        vision: Some(|c, d, o| boxed_vision(eva::EvaModel::load(c, d, o), d)),
         text: None,
         causal_lm: None,
     },

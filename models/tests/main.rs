@@ -17,6 +17,7 @@ mod parity_bert;
 mod parity_clip;
 mod parity_convnext;
 mod parity_decoders;
+mod parity_eva;
 mod parity_llava_onevision;
 mod parity_resnet;
 mod parity_siglip;

@@ -222,17 +222,19 @@ fn timm_missing_key_is_named_by_its_timm_name() {
 fn timm_config_of_another_family_is_refused_by_name() {
     let dir = scratch(
         "beit/timm_beitv2",
-        "eva",
-        |c| c["architecture"] = "eva02_base_patch16_clip_224".into(),
+        "deit",
+        |c| c["architecture"] = "deit_base_patch16_224".into(),
         |_| true,
     );
     let err = registry::load_vision(&checkpoint(&dir), &device(), &LoadOptions::default())
         .err()
-        .expect("an EVA architecture is not read as BEiT")
+        .expect("a DeiT architecture is not read as BEiT")
         .to_string();
     std::fs::remove_dir_all(&dir).ok();
     assert!(
-        err.contains("eva02_base_patch16_clip_224") && err.contains("beit_*, beitv2_*"),
+        err.contains("deit_base_patch16_224")
+            && err.contains("beit_*, beitv2_*")
+            && err.contains("eva02_*"),
         "{err}"
     );
 }
