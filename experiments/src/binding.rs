@@ -18,11 +18,8 @@ use std::path::PathBuf;
 #[derive(clap::Args, Debug, Clone)]
 pub struct ModelSource {
     /// Hugging Face id, local checkpoint directory, or PyTorch .pth/.pt file (a torchvision ResNet; see --arch).
-    #[arg(
-        long,
-        required_unless_present = "random_init",
-        conflicts_with = "random_init"
-    )]
+    /// (One of --model and --random-init is required; `probe-all` also takes --zoo.)
+    #[arg(long, conflicts_with = "random_init")]
     pub model: Option<String>,
     /// Probe a randomly initialised encoder instead: `vit-b16` (ViT-B/16 at 224 with pooler) or
     /// a config.json path with model_type vit or dinov2. Materialised once (about 85 MB for
@@ -49,7 +46,7 @@ impl ModelSource {
                 init: r.clone(),
                 seed: self.init_seed,
             },
-            (None, None) => bail!("give --model or --random-init"),
+            (None, None) => bail!("give --model or --random-init (probe-all: or --zoo)"),
         };
         Ok(EncoderConfig {
             source,

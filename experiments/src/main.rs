@@ -25,6 +25,7 @@ mod info;
 mod jer;
 mod probe_all;
 mod saber;
+mod zoo;
 
 use clap::{Parser, Subcommand};
 
@@ -69,6 +70,9 @@ enum Command {
     ProbeAll(probe_all::ProbeAllArgs),
     /// Table 2 and scatter plots from many row.json files.
     Correlate(correlate::CorrelateArgs),
+    /// The study's encoders (Table 3): where each checkpoint comes from, its format, output and
+    /// dimension, and whether its weights are here (`zoo --list`).
+    Zoo(zoo::ZooArgs),
     /// Generative Embedding Benchmark: the mini-GEB data (`synth`), the generative readout
     /// (`train`, `eval`), the leakage audit (`audit`) and lmms-eval 0.7.3 scoring with
     /// bootstrap intervals (`score`).
@@ -93,7 +97,7 @@ fn main() {
     // Commands that only read or write files run on the CPU whatever device is named (the name
     // must still parse).
     let needs_device = match &cli.command {
-        Command::Correlate(_) | Command::Devices => false,
+        Command::Correlate(_) | Command::Zoo(_) | Command::Devices => false,
         Command::Cooco(a) => cooco::needs_device(a),
         Command::Geb(a) => geb::needs_device(a),
         Command::Saber(a) => saber::needs_device(a),
@@ -146,6 +150,7 @@ fn main() {
                 Command::Geometry(a) => geometry::run(a, &ctx),
                 Command::ProbeAll(a) => probe_all::run(a, &ctx),
                 Command::Correlate(a) => correlate::run(a, &ctx),
+                Command::Zoo(a) => zoo::run(a),
                 Command::Geb(a) => geb::run(a, &ctx),
                 Command::Saber(a) => saber::run(a, &ctx),
                 Command::Cooco(a) => cooco::run(a, &ctx),

@@ -19,9 +19,11 @@
 use crate::binding::{ModelSource, ReadoutOpts, SceneOpts};
 use crate::common::OutputArgs;
 use crate::geometry::GeometryOpts;
-use anyhow::Result;
+use anyhow::{Result, bail};
+use bindscope_binding::correlate::CorrelateConfig;
 use bindscope_binding::study::probe_all::{self, JerSettings, ProbeAllConfig};
-use bindscope_core::run::RunContext;
+use bindscope_binding::study::{Encoder, EncoderConfig, zoo};
+use bindscope_core::run::{RunContext, runs_root};
 use std::path::PathBuf;
 
 /// Arguments of `experiments probe-all`.
@@ -29,6 +31,17 @@ use std::path::PathBuf;
 pub struct ProbeAllArgs {
     #[command(flatten)]
     source: ModelSource,
+    /// Run every encoder of a registry instead of one (`jer21`: the study's Table 3, see
+    /// `experiments zoo --list`): one run directory per model under --out (default
+    /// runs/probe-all/zoo-<name>), rows without weights listed instead of failing, then
+    /// `correlate` over the finished rows (Table 2, Figure 1) in --out/correlate. Resumable.
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["model", "random_init", "label", "arch"])]
+    zoo: Option<String>,
+    /// With --zoo: a folder holding checkpoints under the names `zoo --list` gives (the .pth
+    /// releases must be here; Hub checkpoints are otherwise taken from the Hugging Face cache
+    /// or downloaded).
+    #[arg(long, value_name = "DIR", requires = "zoo")]
+    weights_dir: Option<PathBuf>,
     /// Short name of the model in tables and plots (default: from the model spec).
     #[arg(long)]
     label: Option<String>,
@@ -78,8 +91,27 @@ pub struct ProbeAllArgs {
 }
 
 pub fn run(args: ProbeAllArgs, ctx: &RunContext) -> Result<()> {
+    let rows = match &args.zoo {
+        Some(name) => Some(bindscope_binding::zoo::zoo(name).map_err(anyhow::Error::msg)?),
+        None => None,
+    };
+    if rows.is_some() && args.run_dir.fresh {
+        bail!(
+            "--fresh with --zoo: give a new --out instead (every row resumes in its own directory)"
+        );
+    }
+    let encoder = match &rows {
+        // Replaced by each row's checkpoint; the dtype applies to every row.
+        Some(_) => EncoderConfig {
+            source: Encoder::Checkpoint(String::new()),
+            dtype: args.source.model_opts.dtype,
+            arch: None,
+            random_init_dir: None,
+        },
+        None => args.source.config()?,
+    };
     let mut config = ProbeAllConfig {
-        encoder: args.source.config()?,
+        encoder,
         label: args.label,
         images: args.images,
         geometry: args.geometry.options(),
@@ -107,6 +139,41 @@ pub fn run(args: ProbeAllArgs, ctx: &RunContext) -> Result<()> {
     config.readouts = args.readout.readouts()?;
     // Every option (readouts, geometry, JER) before any work: `probe_all::run` checks again.
     config.check()?;
+    if let (Some(rows), Some(name)) = (rows, &args.zoo) {
+        let dir = args
+            .run_dir
+            .out
+            .clone()
+            .unwrap_or_else(|| runs_root("probe-all").join(format!("zoo-{name}")));
+        let report = zoo::run(
+            rows,
+            &config,
+            args.weights_dir.as_deref(),
+            &CorrelateConfig {
+                rows: Vec::new(),
+                target: "binding_cosine".into(),
+                covariates: vec!["embed_dim".into(), "num_params".into()],
+                ols: vec!["jer".into(), "same_diff".into()],
+            },
+            &dir,
+            ctx,
+        )?;
+        for m in &report.missing {
+            println!("missing  {:<28} get it from {}", m.label, m.source);
+        }
+        for f in &report.failed {
+            println!("failed   {:<28} {}", f.label, f.reason);
+        }
+        if !report.failed.is_empty() {
+            bail!(
+                "{} of {} rows failed (see above and {})",
+                report.failed.len(),
+                rows.len(),
+                dir.join("zoo.json").display()
+            );
+        }
+        return Ok(());
+    }
     let output = args.run_dir.output();
     probe_all::run(&config, &output, ctx)?;
     Ok(())

@@ -313,3 +313,75 @@ fn random_init_rows_and_correlation_table() {
     assert_eq!(c["ols"]["loo_predictions"].as_array().unwrap().len(), 5);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn zoo_runs_the_rows_it_finds_lists_the_rest_and_correlates() {
+    // A weights folder with three tiny fixtures under their rows' names, and a torchvision
+    // ResNet that is not a ResNet-50 under Barlow Twins' name (found, then refused by
+    // --arch resnet50); every other row is missing (offline, empty Hub cache).
+    let dir = scratch("zoo");
+    let weights = dir.join("weights");
+    crate::common::fixture_copy("jer", &weights.join("dino-vits16"));
+    crate::common::fixture_copy("dinov2", &weights.join("dinov2-small"));
+    crate::common::fixture_copy("eva", &weights.join("eva02_base_patch16_clip_224.merged2b"));
+    std::fs::copy(
+        root().join("tests/fixtures/resnet/bottleneck.pth.tar"),
+        weights.join("barlowtwins-resnet50.pth"),
+    )
+    .unwrap();
+    let (w, o) = (
+        weights.display().to_string(),
+        dir.join("zoo").display().to_string(),
+    );
+    let mut args = vec![
+        "probe-all",
+        "--zoo",
+        "jer21",
+        "--weights-dir",
+        &w,
+        "--out",
+        &o,
+    ];
+    args.extend(SMALL);
+    let (good, text) = exec(&dir, &args);
+    assert!(!good && text.contains("1 of 22 rows failed"), "{text}");
+    assert!(
+        text.contains("missing  VICReg ResNet-50")
+            && text.contains("https://dl.fbaipublicfiles.com/vicreg/resnet50.pth"),
+        "{text}"
+    );
+    let report = json(&dir.join("zoo/zoo.json"));
+    assert_eq!(report["finished"].as_array().unwrap().len(), 3, "{report}");
+    assert_eq!(report["missing"].as_array().unwrap().len(), 18, "{report}");
+    assert_eq!(report["failed"][0]["label"], "Barlow Twins ResNet-50");
+    for slug in ["dino-vit-s-16", "dinov2-vit-s-14", "eva-clip-vit-b-16"] {
+        let row = json(&dir.join("zoo").join(slug).join("row.json"));
+        assert!(row["metrics"]["jer"].as_f64().unwrap() > 0.0, "{slug}");
+    }
+    assert!(dir.join("zoo/correlate/correlate.json").is_file());
+    // The listing sees the weights and the finished rows' parameter counts, offline.
+    let list = ok(
+        &dir,
+        &["zoo", "--list", "--json", "--weights-dir", &w, "--out", &o],
+    );
+    let rows: Vec<serde_json::Value> = list
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), 22);
+    let eva = rows
+        .iter()
+        .find(|r| r["label"] == "EVA-CLIP ViT-B/16")
+        .unwrap();
+    assert_eq!(eva["num_params"], 10246, "{eva}");
+    assert!(
+        eva["weights"].as_str().unwrap().starts_with("here"),
+        "{eva}"
+    );
+    assert_eq!(rows[2]["weights"], "missing");
+    // Unknown registries and flags that make no sense with --zoo are refused.
+    let (good, text) = exec(&dir, &["probe-all", "--zoo", "all"]);
+    assert!(!good && text.contains("unknown zoo 'all'"), "{text}");
+    let (good, text) = exec(&dir, &["probe-all", "--zoo", "jer21", "--model", "x"]);
+    assert!(!good && text.contains("cannot be used with"), "{text}");
+}

@@ -36,3 +36,4 @@ pub mod scene;
 pub mod stats;
 pub mod study;
 pub mod tasks;
+pub mod zoo;

@@ -75,6 +75,7 @@ use crate::tasks::{binding_trials, samediff_pairs};
 
 pub mod geometry;
 pub mod probe_all;
+pub mod zoo;
 
 // ---------------------------------------------------------------------------------------------
 // The encoder: a checkpoint or a random initialisation

@@ -1,0 +1,199 @@
+//! The whole Table 3 in one run (`experiments probe-all --zoo jer21`): every row of a
+//! [`crate::zoo`] registry through [`super::probe_all::run`], one resumable run directory per
+//! model, then [`crate::correlate`] (Table 2 and the Figure 1 scatter plots) over the rows that
+//! finished.
+//!
+//! Rows whose weights cannot be found are listed, with where to get them, instead of stopping
+//! the run; a row that fails once found (a load or a step error) is reported and the run goes
+//! on to the next. Re-running the same command resumes every row where it stopped.
+//!
+//! Layout of the output directory: `<slug>/` per row (the `probe-all` run directory, with its
+//! `row.json`), `correlate/` (Table 2, plots), `zoo.json` (which rows finished, which are
+//! missing and why, which failed).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use bindscope_core::Checkpoint;
+use bindscope_core::checkpoint::HubConfig;
+use bindscope_core::run::{Output, RunContext, write_json};
+use serde::Serialize;
+
+use super::probe_all::{self, ProbeAllConfig};
+use super::{Encoder, EncoderConfig};
+use crate::correlate::{self, CorrelateConfig};
+use crate::zoo::{Source, ZooEntry};
+
+/// Where a row's weights are.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub enum Located {
+    /// The checkpoint spec to load (a local path or a Hub id).
+    Found(String),
+    /// Not found: why, in words.
+    Missing(String),
+}
+
+/// Finds the weights of `entry`: `weights_dir/<local>` first, then (Hub rows) the Hugging Face
+/// cache and, unless `offline`, the Hub (which downloads them).
+pub fn locate(entry: &ZooEntry, weights_dir: Option<&Path>, offline: bool) -> Located {
+    if let Some(dir) = weights_dir {
+        let p = dir.join(entry.local);
+        if p.exists() {
+            return Located::Found(p.display().to_string());
+        }
+    }
+    let looked = match weights_dir {
+        Some(d) => format!("not in {}", d.join(entry.local).display()),
+        None => "no --weights-dir".to_string(),
+    };
+    match entry.source {
+        Source::Hub { id } => {
+            let mut hub = HubConfig::from_env();
+            hub.offline |= offline;
+            match Checkpoint::resolve_with(id, &hub) {
+                Ok(_) => Located::Found(id.to_string()),
+                Err(e) => Located::Missing(format!("{looked}; {e}")),
+            }
+        }
+        Source::Release { .. } => Located::Missing(format!(
+            "{looked} (a .pth release, never downloaded by bindscope)"
+        )),
+    }
+}
+
+/// A row that did not run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Skipped {
+    /// The row's label.
+    pub label: String,
+    /// Why.
+    pub reason: String,
+    /// Where to get the weights.
+    pub source: String,
+}
+
+/// What a zoo run did.
+#[derive(Debug, Clone, Serialize)]
+pub struct ZooReport {
+    /// The output directory.
+    pub dir: PathBuf,
+    /// `row.json` of every row that finished, in registry order.
+    pub finished: Vec<PathBuf>,
+    /// Rows whose weights were not found.
+    pub missing: Vec<Skipped>,
+    /// Rows that were found but failed.
+    pub failed: Vec<Skipped>,
+    /// The correlation run's directory (`None` with no finished row).
+    pub correlate: Option<PathBuf>,
+}
+
+/// Runs `rows` with the settings of `template` (its encoder is replaced by each row's) under
+/// `dir`, then correlates the finished rows with `correlate`.
+///
+/// # Errors
+/// Bad settings (checked before any row), an unwritable output directory, a failed
+/// correlation. A missing or failing row is not an error of the run (see the module docs).
+pub fn run(
+    rows: &[ZooEntry],
+    template: &ProbeAllConfig,
+    weights_dir: Option<&Path>,
+    correlate_config: &CorrelateConfig,
+    dir: &Path,
+    ctx: &RunContext,
+) -> Result<ZooReport> {
+    template.check()?;
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let mut report = ZooReport {
+        dir: dir.to_path_buf(),
+        finished: Vec::new(),
+        missing: Vec::new(),
+        failed: Vec::new(),
+        correlate: None,
+    };
+    // Every row's weights first: the missing ones are known before hours of work.
+    let located: Vec<_> = rows
+        .iter()
+        .map(|r| (r, locate(r, weights_dir, false)))
+        .collect();
+    for (r, l) in &located {
+        if let Located::Missing(reason) = l {
+            report.missing.push(Skipped {
+                label: r.label.into(),
+                reason: reason.clone(),
+                source: r.where_to_get(),
+            });
+        }
+    }
+    let found = located
+        .iter()
+        .filter(|(_, l)| matches!(l, Located::Found(_)))
+        .count();
+    eprintln!(
+        "zoo: weights found for {found} of {} rows ({} missing: listed at the end and, with \
+         the reasons, in {})",
+        rows.len(),
+        report.missing.len(),
+        dir.join("zoo.json").display()
+    );
+    for (i, (r, l)) in located.iter().enumerate() {
+        let Located::Found(spec) = l else { continue };
+        eprintln!("zoo: row {}/{}: {} ← {spec}", i + 1, rows.len(), r.label);
+        let config = ProbeAllConfig {
+            encoder: EncoderConfig {
+                source: Encoder::Checkpoint(spec.clone()),
+                arch: r.arch.map(str::to_string),
+                ..template.encoder.clone()
+            },
+            label: Some(r.label.to_string()),
+            ..template.clone()
+        };
+        let output = Output {
+            dir: Some(dir.join(r.slug())),
+            fresh: false,
+        };
+        match probe_all::run(&config, &output, ctx) {
+            Ok(row) => {
+                if row.embed_dim != r.embed_dim {
+                    eprintln!(
+                        "zoo: note: {} has embedding dimension {} where the registry says {}",
+                        r.label, row.embed_dim, r.embed_dim
+                    );
+                }
+                report.finished.push(row.run_dir.join("row.json"));
+            }
+            Err(e) => {
+                eprintln!("zoo: {} failed: {e:#}", r.label);
+                report.failed.push(Skipped {
+                    label: r.label.into(),
+                    reason: format!("{e:#}"),
+                    source: r.where_to_get(),
+                });
+            }
+        }
+    }
+    if !report.finished.is_empty() {
+        let out = dir.join("correlate");
+        let config = CorrelateConfig {
+            rows: report.finished.clone(),
+            ..correlate_config.clone()
+        };
+        correlate::run(
+            &config,
+            &Output {
+                dir: Some(out.clone()),
+                fresh: false,
+            },
+            ctx,
+        )?;
+        report.correlate = Some(out);
+    }
+    write_json(&dir.join("zoo.json"), &serde_json::to_value(&report)?)?;
+    eprintln!(
+        "zoo: {} finished, {} missing, {} failed → {}",
+        report.finished.len(),
+        report.missing.len(),
+        report.failed.len(),
+        dir.join("zoo.json").display()
+    );
+    Ok(report)
+}
