@@ -73,14 +73,57 @@ use crate::{EncoderOutput, ForwardOptions, ModelError, ModelInfo, VisionEncoder,
 /// `model_type` bindscope gives a checkpoint in timm's `Eva` layout.
 pub const MODEL_TYPE: &str = "eva";
 
-/// timm's registrations of the EVA CLIP image towers this file reads by name: (architecture,
-/// heads, `ref_feat_shape`, rotary embeddings). `model_args` in `config.json` overrides both
-/// and admits any other `eva*` architecture.
-pub const TIMM_ARCHITECTURES: [(&str, usize, Option<[usize; 2]>, bool); 4] = [
-    ("eva02_base_patch16_clip_224", 12, Some([16, 16]), true),
-    ("eva02_large_patch14_clip_224", 16, Some([16, 16]), true),
-    ("eva02_large_patch14_clip_336", 16, Some([16, 16]), true),
-    ("eva_giant_patch14_clip_224", 16, None, false),
+/// What timm's registration of an architecture fixes that the weights do not hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimmRegistration {
+    /// The architecture's name (`timm.create_model`'s first argument).
+    pub name: &'static str,
+    /// `num_heads`.
+    pub num_heads: usize,
+    /// `ref_feat_shape`.
+    pub ref_feat_shape: Option<[usize; 2]>,
+    /// `use_rot_pos_emb`.
+    pub use_rot_pos_emb: bool,
+    /// `img_size` (square).
+    pub img_size: usize,
+}
+
+const fn registration(
+    name: &'static str,
+    num_heads: usize,
+    ref_feat_shape: Option<[usize; 2]>,
+    use_rot_pos_emb: bool,
+    img_size: usize,
+) -> TimmRegistration {
+    TimmRegistration {
+        name,
+        num_heads,
+        ref_feat_shape,
+        use_rot_pos_emb,
+        img_size,
+    }
+}
+
+/// timm's registrations of the EVA CLIP image towers this file reads by name. `model_args` in
+/// `config.json` overrides them, and admits any other `eva*` architecture when it gives
+/// `num_heads`, `use_rot_pos_emb` and (with rotary embeddings) `ref_feat_shape`.
+pub const TIMM_ARCHITECTURES: [TimmRegistration; 4] = [
+    registration("eva02_base_patch16_clip_224", 12, Some([16, 16]), true, 224),
+    registration(
+        "eva02_large_patch14_clip_224",
+        16,
+        Some([16, 16]),
+        true,
+        224,
+    ),
+    registration(
+        "eva02_large_patch14_clip_336",
+        16,
+        Some([16, 16]),
+        true,
+        336,
+    ),
+    registration("eva_giant_patch14_clip_224", 16, None, false, 224),
 ];
 
 /// timm's `Eva` key names → this file's modules (applied in order; [`EvaModel::load`]).
@@ -198,22 +241,92 @@ impl EvaConfig {
             .get("model_args")
             .cloned()
             .unwrap_or(serde_json::Value::Null);
-        let known = TIMM_ARCHITECTURES.iter().find(|(a, ..)| *a == architecture);
-        let arg_bool = |k: &str| args.get(k).and_then(|v| v.as_bool());
-        let arg_pair = |k: &str| -> Option<Option<[usize; 2]>> {
-            let v = args.get(k)?;
+        let known = TIMM_ARCHITECTURES.iter().find(|a| a.name == architecture);
+        if !args.is_null() && !args.is_object() {
+            return Err(err(format!("model_args must be an object, got {args}")));
+        }
+        let arg_bool = |k: &str| -> Result<Option<bool>, ModelError> {
+            match args.get(k) {
+                None | Some(serde_json::Value::Null) => Ok(None),
+                Some(v) => v
+                    .as_bool()
+                    .map(Some)
+                    .ok_or_else(|| err(format!("model_args.{k} must be true or false, got {v}"))),
+            }
+        };
+        let positive = |v: &serde_json::Value| v.as_u64().filter(|&n| n > 0).map(|n| n as usize);
+        // An int (a square) or [h, w]; `null` stays `Some(None)`; absent is `None`.
+        let arg_pair = |k: &str| -> Result<Option<Option<[usize; 2]>>, ModelError> {
+            let Some(v) = args.get(k) else {
+                return Ok(None);
+            };
             if v.is_null() {
-                return Some(None);
+                return Ok(Some(None));
             }
-            if let Some(n) = v.as_u64() {
-                return Some(Some([n as usize, n as usize]));
+            if let Some(n) = positive(v) {
+                return Ok(Some(Some([n, n])));
             }
-            let a: Vec<usize> = v
-                .as_array()?
+            match v
+                .as_array()
+                .map(|a| a.iter().map(positive).collect::<Vec<_>>())
+            {
+                Some(p) if p.len() == 2 && p.iter().all(Option::is_some) => {
+                    Ok(Some(Some([p[0].unwrap(), p[1].unwrap()])))
+                }
+                _ => Err(err(format!(
+                    "model_args.{k} must be a positive integer or [height, width], got {v}"
+                ))),
+            }
+        };
+        let known_list = || {
+            TIMM_ARCHITECTURES
                 .iter()
-                .filter_map(|x| x.as_u64().map(|x| x as usize))
-                .collect();
-            (a.len() == 2).then(|| Some([a[0], a[1]]))
+                .map(|a| a.name)
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let num_heads = match args.get("num_heads") {
+            None | Some(serde_json::Value::Null) => None,
+            Some(v) => Some(positive(v).ok_or_else(|| {
+                err(format!(
+                    "model_args.num_heads must be a positive integer, got {v}"
+                ))
+            })?),
+        };
+        let use_rot = arg_bool("use_rot_pos_emb")?;
+        let reference = arg_pair("ref_feat_shape")?;
+        // What the weights cannot tell: timm's registration of the architecture, or model_args.
+        let (num_attention_heads, use_rot_pos_emb, ref_feat_shape) = match known {
+            Some(k) => (
+                num_heads.unwrap_or(k.num_heads),
+                use_rot.unwrap_or(k.use_rot_pos_emb),
+                reference.unwrap_or(k.ref_feat_shape),
+            ),
+            None => {
+                let rope = use_rot.unwrap_or(false);
+                let mut missing = Vec::new();
+                if num_heads.is_none() {
+                    missing.push("num_heads");
+                }
+                if use_rot.is_none() {
+                    missing.push("use_rot_pos_emb");
+                }
+                if rope && reference.is_none() {
+                    missing.push("ref_feat_shape");
+                }
+                if !missing.is_empty() {
+                    return Err(err(format!(
+                        "architecture '{full}': bindscope does not know timm's settings for it, \
+                         and the weights do not hold {}; give model_args.{} in config.json (the \
+                         values timm's registration of '{architecture}' passes), or use one of \
+                         {}",
+                        missing.join(", "),
+                        missing.join(", model_args."),
+                        known_list()
+                    )));
+                }
+                (num_heads.unwrap_or(0), rope, reference.flatten())
+            }
         };
         if shapes.contains_key("reg_token") {
             return Err(err("'reg_token': register tokens are not supported".into()));
@@ -224,7 +337,7 @@ impl EvaConfig {
                     .into(),
             ));
         }
-        if arg_bool("use_post_norm") == Some(true) {
+        if arg_bool("use_post_norm")? == Some(true) {
             return Err(err(
                 "model_args.use_post_norm: post-norm blocks are not supported".into(),
             ));
@@ -243,40 +356,22 @@ impl EvaConfig {
             .map_or(0, |n| n + 1);
         let patch = dims("patch_embed.proj.weight", 4)?;
         let (num_channels, patch_size) = (patch[1], patch[3]);
-        let num_attention_heads = match args.get("num_heads").and_then(|v| v.as_u64()) {
-            Some(h) => h as usize,
-            None => match known {
-                Some((_, h, ..)) => *h,
-                None => {
-                    return Err(err(format!(
-                        "architecture '{full}': the number of heads is not in the weights; give \
-                         it as model_args.num_heads in config.json, or use one of {}",
-                        TIMM_ARCHITECTURES
-                            .iter()
-                            .map(|a| a.0)
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    )));
-                }
-            },
-        };
-        let ref_feat_shape = match arg_pair("ref_feat_shape") {
-            Some(r) => r,
-            None => known.and_then(|k| k.2),
-        };
-        let use_rot_pos_emb = arg_bool("use_rot_pos_emb")
-            .or(known.map(|k| k.3))
-            .unwrap_or(false);
         let swiglu_mlp = shapes.contains_key("blocks.0.mlp.fc1_g.weight");
-        if !swiglu_mlp && arg_bool("swiglu_mlp") == Some(true) {
+        if !swiglu_mlp && arg_bool("swiglu_mlp")? == Some(true) {
             return Err(err(
                 "a SwiGLU MLP with packed 'mlp.fc1' (timm's GluMlp) is not supported".into(),
             ));
         }
         let intermediate_size = if swiglu_mlp {
             dims("blocks.0.mlp.fc1_g.weight", 2)?[0]
-        } else {
+        } else if shapes.contains_key("blocks.0.mlp.fc1.weight") {
             dims("blocks.0.mlp.fc1.weight", 2)?[0]
+        } else {
+            return Err(err(
+                "no MLP input weight for block 0: expected 'blocks.0.mlp.fc1_g.weight' and \
+                 'blocks.0.mlp.fc1_x.weight' (SwiGLU) or 'blocks.0.mlp.fc1.weight' (GELU MLP)"
+                    .into(),
+            ));
         };
         let qkv_fused = shapes.contains_key("blocks.0.attn.qkv.weight");
         let qkv_bias = if qkv_fused {
@@ -286,23 +381,43 @@ impl EvaConfig {
             shapes.contains_key("blocks.0.attn.q_proj.bias")
         };
         let grid_tokens = |s: [usize; 2]| (s[0] / patch_size) * (s[1] / patch_size);
-        let image_size = match config
-            .pointer("/pretrained_cfg/input_size")
-            .and_then(|v| v.as_array())
-            .map(|a| a.iter().filter_map(|x| x.as_u64()).collect::<Vec<_>>())
-        {
-            Some(v) if v.len() == 3 => [v[1] as usize, v[2] as usize],
-            _ => match arg_pair("img_size").flatten() {
-                Some(s) => s,
-                None => {
-                    // From a square absolute table, else timm's default.
-                    let side = shapes
-                        .get("pos_embed")
-                        .map(|s| ((s[1] as f64).sqrt().floor() as usize) * patch_size)
-                        .unwrap_or(224);
-                    [side, side]
+        // The size timm builds the model at: model_args.img_size, else the registration's, else
+        // the data config's input_size, else a square absolute table.
+        let input_size = match config.pointer("/pretrained_cfg/input_size") {
+            None | Some(serde_json::Value::Null) => None,
+            Some(v) => match v
+                .as_array()
+                .map(|a| a.iter().map(positive).collect::<Vec<_>>())
+            {
+                Some(p) if p.len() == 3 && p.iter().all(Option::is_some) => {
+                    Some([p[1].unwrap(), p[2].unwrap()])
+                }
+                _ => {
+                    return Err(err(format!(
+                        "pretrained_cfg.input_size must be [channels, height, width], got {v}"
+                    )));
                 }
             },
+        };
+        let image_size = match (arg_pair("img_size")?.flatten(), known, input_size) {
+            (Some(s), ..) => s,
+            (None, Some(k), _) => [k.img_size, k.img_size],
+            (None, None, Some(s)) => s,
+            (None, None, None) => {
+                let rows = match shapes.get("pos_embed") {
+                    Some(_) => dims("pos_embed", 3)?[1],
+                    None => 0,
+                };
+                let side = (rows as f64).sqrt().floor() as usize;
+                if side == 0 {
+                    return Err(err(
+                        "the input size is nowhere: give model_args.img_size or \
+                         pretrained_cfg.input_size"
+                            .into(),
+                    ));
+                }
+                [side * patch_size, side * patch_size]
+            }
         };
         let use_abs_pos_emb = shapes.contains_key("pos_embed");
         let no_embed_class = if use_abs_pos_emb {
@@ -314,8 +429,9 @@ impl EvaConfig {
                 true
             } else {
                 return Err(err(format!(
-                    "'pos_embed' has {rows} rows; the {}×{} input at patch {patch_size} has {g} \
-                     patches (expected {g} or {})",
+                    "'pos_embed' has {rows} rows; the model's {}×{} input (model_args.img_size, \
+                     else timm's registration, else pretrained_cfg.input_size) at patch \
+                     {patch_size} has {g} patches (expected {g} or {})",
                     image_size[0],
                     image_size[1],
                     g + 1
@@ -324,16 +440,17 @@ impl EvaConfig {
         } else {
             false
         };
-        let global_pool = config
-            .get("global_pool")
-            .and_then(|v| v.as_str())
-            .map(str::to_string)
-            .or_else(|| {
-                args.get("global_pool")
-                    .and_then(|v| v.as_str())
-                    .map(str::to_string)
-            })
-            .unwrap_or_else(|| if known.is_some() { "token" } else { "avg" }.into());
+        let pool_field = |v: Option<&serde_json::Value>, name: &str| match v {
+            None | Some(serde_json::Value::Null) => Ok(None),
+            Some(serde_json::Value::String(p)) => Ok(Some(p.clone())),
+            Some(other) => Err(err(format!("{name} must be a string, got {other}"))),
+        };
+        // timm's default is "avg"; the CLIP towers' registrations pass "token".
+        let global_pool = match pool_field(config.get("global_pool"), "global_pool")? {
+            Some(p) => p,
+            None => pool_field(args.get("global_pool"), "model_args.global_pool")?
+                .unwrap_or_else(|| if known.is_some() { "token" } else { "avg" }.into()),
+        };
         let pool = match global_pool.as_str() {
             "token" => EvaPool::Token,
             "avg" => EvaPool::Avg,

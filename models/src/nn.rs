@@ -782,8 +782,14 @@ pub fn model_type(ckpt: &Checkpoint) -> Result<String, ModelError> {
     let v = ckpt.config_json()?;
     // A timm repository's config.json names the timm model instead (`architecture`).
     if v.get("model_type").is_none()
-        && let Some(arch) = v.get("architecture").and_then(|a| a.as_str())
+        && let Some(arch) = v.get("architecture")
     {
+        let Some(arch) = arch.as_str() else {
+            return Err(ModelError::Unsupported {
+                file: ckpt.config.display().to_string(),
+                message: format!("'architecture' must be a timm model name (a string), got {arch}"),
+            });
+        };
         return crate::beit::timm_model_type(arch)
             .or_else(|| crate::eva::timm_model_type(arch))
             .map(str::to_string)

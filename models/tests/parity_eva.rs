@@ -146,6 +146,30 @@ fn eva_heads_must_be_known() {
         err.contains("model_args.num_heads") && err.contains("eva02_base_patch16_clip_224"),
         "{err}"
     );
+    // The heads alone do not do: whether the architecture has rotary embeddings (and their
+    // reference grid) is not in the weights either, and is never assumed.
+    let dir = scratch(
+        "eva",
+        "rope",
+        |c| {
+            c["architecture"] = "eva02_small_patch14_224.mim_in22k".into();
+            c["model_args"] = serde_json::json!({"num_heads": 2, "img_size": 32});
+        },
+        |_| true,
+    );
+    let err = load_error(&dir);
+    assert!(err.contains("model_args.use_rot_pos_emb"), "{err}");
+    let dir = scratch(
+        "eva",
+        "heads-bad",
+        |c| c["model_args"]["num_heads"] = "2".into(),
+        |_| true,
+    );
+    let err = load_error(&dir);
+    assert!(
+        err.contains("model_args.num_heads must be a positive integer"),
+        "{err}"
+    );
 }
 
 #[test]
