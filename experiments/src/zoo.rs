@@ -4,9 +4,10 @@
 //! the parameter count of every row a `probe-all --zoo` run has finished under `--out`.
 
 use anyhow::{Result, bail};
-use bindscope_binding::study::zoo::{Located, locate};
+use bindscope_binding::study::zoo::{Located, check_weights_dir, locate};
 use bindscope_binding::zoo::{Source, zoo};
 use bindscope_core::run::runs_root;
+use std::io::Write;
 use std::path::PathBuf;
 
 /// Arguments of `experiments zoo`.
@@ -35,16 +36,15 @@ pub fn run(args: ZooArgs) -> Result<()> {
         bail!("give --list (experiments zoo --list)");
     }
     let rows = zoo(&args.zoo).map_err(anyhow::Error::msg)?;
+    check_weights_dir(args.weights_dir.as_deref())?;
     let out = args
         .out
         .clone()
         .unwrap_or_else(|| runs_root("probe-all").join(format!("zoo-{}", args.zoo)));
+    let mut text = String::new();
     for (i, r) in rows.iter().enumerate() {
         // Offline: listing never downloads.
-        let weights = match locate(r, args.weights_dir.as_deref(), true) {
-            Located::Found(spec) => format!("here ({spec})"),
-            Located::Missing(_) => "missing".to_string(),
-        };
+        let located = locate(r, args.weights_dir.as_deref(), true);
         let row_json = out.join(r.slug()).join("row.json");
         let params = std::fs::read_to_string(&row_json)
             .ok()
@@ -57,13 +57,18 @@ pub fn run(args: ZooArgs) -> Result<()> {
         if args.json {
             let mut v = serde_json::to_value(r)?;
             v["slug"] = r.slug().into();
-            v["weights"] = weights.into();
+            v["weights"] = serde_json::to_value(&located)?;
             v["num_params"] = params.into();
-            println!("{v}");
+            text.push_str(&format!("{v}\n"));
             continue;
         }
-        println!(
-            "{:>2}. {}{}",
+        let weights = match &located {
+            Located::Found { spec } => format!("here ({spec})"),
+            Located::Unreadable { path, reason } => format!("{path} is not a checkpoint: {reason}"),
+            Located::Missing { .. } => "missing".to_string(),
+        };
+        text.push_str(&format!(
+            "{:>2}. {}{}\n",
             i + 1,
             r.label,
             if r.in_paper {
@@ -71,38 +76,51 @@ pub fn run(args: ZooArgs) -> Result<()> {
             } else {
                 "  (added by bindscope)"
             }
-        );
-        println!("    architecture  {} ({})", r.architecture, r.format);
-        println!("    objective     {}", r.family);
-        println!("    source        {source}");
+        ));
+        text.push_str(&format!(
+            "    architecture  {} ({})\n",
+            r.architecture, r.format
+        ));
+        text.push_str(&format!("    objective     {}\n", r.family));
+        text.push_str(&format!("    source        {source}\n"));
         if let Some(arch) = r.arch {
-            println!(
-                "    sha256        {}",
+            text.push_str(&format!(
+                "    sha256        {}\n",
                 sha256.unwrap_or("not recorded yet (check the file you download by hand)")
-            );
-            println!("    --arch        {arch}");
+            ));
+            text.push_str(&format!("    --arch        {arch}\n"));
         }
-        println!("    output        {} (dimension {})", r.output, r.embed_dim);
-        println!(
-            "    parameters    {}",
+        text.push_str(&format!(
+            "    output        {} (dimension {})\n",
+            r.output, r.embed_dim
+        ));
+        text.push_str(&format!(
+            "    parameters    {}\n",
             params.map_or_else(
                 || "— (counted when probe-all --zoo has run the row)".to_string(),
                 |p| p.to_string()
             )
-        );
-        println!("    local name    {} (in --weights-dir)", r.local);
-        println!("    weights       {weights}");
+        ));
+        text.push_str(&format!(
+            "    local name    {} (in --weights-dir)\n",
+            r.local
+        ));
+        text.push_str(&format!("    weights       {weights}\n"));
     }
     if !args.json {
-        println!(
+        text.push_str(&format!(
             "\n{} rows: {} of the paper's Table 3 (it has 21; one is not named in this \
              registry's sources), {} added. Run them all: experiments probe-all --zoo {} \
-             [--weights-dir DIR] [--images DIR]",
+             [--weights-dir DIR] [--images DIR]\n",
             rows.len(),
             rows.iter().filter(|r| r.in_paper).count(),
             rows.iter().filter(|r| !r.in_paper).count(),
             args.zoo
-        );
+        ));
     }
-    Ok(())
+    // A closed pipe (`zoo --list | head`) ends the listing quietly.
+    match std::io::stdout().lock().write_all(text.as_bytes()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => Ok(other?),
+    }
 }

@@ -329,6 +329,9 @@ fn zoo_runs_the_rows_it_finds_lists_the_rest_and_correlates() {
         weights.join("barlowtwins-resnet50.pth"),
     )
     .unwrap();
+    // Another family under a row's name, and an empty directory: both failed rows.
+    crate::common::fixture_copy("eva", &weights.join("dino-vitb16"));
+    std::fs::create_dir_all(weights.join("vit-mae-base")).unwrap();
     let (w, o) = (
         weights.display().to_string(),
         dir.join("zoo").display().to_string(),
@@ -344,7 +347,11 @@ fn zoo_runs_the_rows_it_finds_lists_the_rest_and_correlates() {
     ];
     args.extend(SMALL);
     let (good, text) = exec(&dir, &args);
-    assert!(!good && text.contains("1 of 22 rows failed"), "{text}");
+    assert!(!good && text.contains("3 of 22 rows failed"), "{text}");
+    assert!(
+        text.contains("holds a 'eva' checkpoint; the row 'DINO ViT-B/16' is a 'vit'"),
+        "{text}"
+    );
     assert!(
         text.contains("missing  VICReg ResNet-50")
             && text.contains("https://dl.fbaipublicfiles.com/vicreg/resnet50.pth"),
@@ -352,8 +359,18 @@ fn zoo_runs_the_rows_it_finds_lists_the_rest_and_correlates() {
     );
     let report = json(&dir.join("zoo/zoo.json"));
     assert_eq!(report["finished"].as_array().unwrap().len(), 3, "{report}");
-    assert_eq!(report["missing"].as_array().unwrap().len(), 18, "{report}");
-    assert_eq!(report["failed"][0]["label"], "Barlow Twins ResNet-50");
+    assert_eq!(report["missing"].as_array().unwrap().len(), 16, "{report}");
+    let failed: Vec<&str> = report["failed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["label"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        failed,
+        ["MAE ViT-B/16", "DINO ViT-B/16", "Barlow Twins ResNet-50"],
+        "{report}"
+    );
     for slug in ["dino-vit-s-16", "dinov2-vit-s-14", "eva-clip-vit-b-16"] {
         let row = json(&dir.join("zoo").join(slug).join("row.json"));
         assert!(row["metrics"]["jer"].as_f64().unwrap() > 0.0, "{slug}");
@@ -374,12 +391,25 @@ fn zoo_runs_the_rows_it_finds_lists_the_rest_and_correlates() {
         .find(|r| r["label"] == "EVA-CLIP ViT-B/16")
         .unwrap();
     assert_eq!(eva["num_params"], 10246, "{eva}");
-    assert!(
-        eva["weights"].as_str().unwrap().starts_with("here"),
-        "{eva}"
+    assert_eq!(eva["weights"]["status"], "found", "{eva}");
+    assert_eq!(rows[2]["weights"]["status"], "missing");
+    // A stale table never stands for a run whose rows are all refused (another --trials).
+    let mut other = args.clone();
+    let at = other.iter().position(|a| *a == "--trials").unwrap() + 1;
+    other[at] = "41";
+    let (good, _) = exec(&dir, &other);
+    assert!(!good);
+    assert!(!dir.join("zoo/correlate").exists());
+    // Unknown registries, a missing --weights-dir and flags that make no sense with --zoo are
+    // refused.
+    let (good, text) = exec(
+        &dir,
+        &["probe-all", "--zoo", "jer21", "--weights-dir", "nowhere"],
     );
-    assert_eq!(rows[2]["weights"], "missing");
-    // Unknown registries and flags that make no sense with --zoo are refused.
+    assert!(
+        !good && text.contains("--weights-dir nowhere: no such directory"),
+        "{text}"
+    );
     let (good, text) = exec(&dir, &["probe-all", "--zoo", "all"]);
     assert!(!good && text.contains("unknown zoo 'all'"), "{text}");
     let (good, text) = exec(&dir, &["probe-all", "--zoo", "jer21", "--model", "x"]);

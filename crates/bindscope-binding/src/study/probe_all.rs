@@ -170,7 +170,7 @@ pub struct Row {
     pub label: String,
     /// `model_type`.
     pub model_type: String,
-    /// Embedding dimension.
+    /// Dimension of the embedding the row's probes read (the `--output` readout).
     pub embed_dim: usize,
     /// Parameter count.
     pub num_params: usize,
@@ -305,6 +305,8 @@ pub fn run(config: &ProbeAllConfig, output: &Output, ctx: &RunContext) -> Result
         device,
     )?;
     timings.insert("scene_embeddings".into(), t.elapsed().as_secs_f64());
+    // The dimension of the readout the study uses (`--output`), not the model's pooled one.
+    let embed_dim = rows.first().map_or(info.embed_dim, Vec::len);
     let bank = Bank::new(&rows);
     let t = Instant::now();
     let bind = binding_on_bank(&dir, &bank, config.trials, config.seed, &config.readouts)?;
@@ -348,7 +350,7 @@ pub fn run(config: &ProbeAllConfig, output: &Output, ctx: &RunContext) -> Result
         model: spec,
         label,
         model_type: info.model_type,
-        embed_dim: info.embed_dim,
+        embed_dim,
         num_params: info.num_params,
         hidden_size: info.hidden_size,
         metrics,

@@ -17,6 +17,7 @@ use anyhow::{Context, Result};
 use bindscope_core::Checkpoint;
 use bindscope_core::checkpoint::HubConfig;
 use bindscope_core::run::{Output, RunContext, write_json};
+use bindscope_models::VisionReadout;
 use serde::Serialize;
 
 use super::probe_all::{self, ProbeAllConfig};
@@ -26,20 +27,42 @@ use crate::zoo::{Source, ZooEntry};
 
 /// Where a row's weights are.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
 pub enum Located {
-    /// The checkpoint spec to load (a local path or a Hub id).
-    Found(String),
-    /// Not found: why, in words.
-    Missing(String),
+    /// Found: the checkpoint spec to load (a local path or a Hub id).
+    Found {
+        /// The spec.
+        spec: String,
+    },
+    /// Something is under the row's local name, but it is not a checkpoint bindscope reads.
+    Unreadable {
+        /// The path.
+        path: String,
+        /// Why.
+        reason: String,
+    },
+    /// Not found.
+    Missing {
+        /// Why, in words.
+        reason: String,
+    },
 }
 
-/// Finds the weights of `entry`: `weights_dir/<local>` first, then (Hub rows) the Hugging Face
-/// cache and, unless `offline`, the Hub (which downloads them).
+/// Finds the weights of `entry`: `weights_dir/<local>` first (which must then be a
+/// checkpoint), then (Hub rows) the Hugging Face cache and, unless `offline`, the Hub (which
+/// downloads them).
 pub fn locate(entry: &ZooEntry, weights_dir: Option<&Path>, offline: bool) -> Located {
     if let Some(dir) = weights_dir {
         let p = dir.join(entry.local);
         if p.exists() {
-            return Located::Found(p.display().to_string());
+            let spec = p.display().to_string();
+            return match Checkpoint::resolve(&spec) {
+                Ok(_) => Located::Found { spec },
+                Err(e) => Located::Unreadable {
+                    path: spec,
+                    reason: e.to_string(),
+                },
+            };
         }
     }
     let looked = match weights_dir {
@@ -51,14 +74,55 @@ pub fn locate(entry: &ZooEntry, weights_dir: Option<&Path>, offline: bool) -> Lo
             let mut hub = HubConfig::from_env();
             hub.offline |= offline;
             match Checkpoint::resolve_with(id, &hub) {
-                Ok(_) => Located::Found(id.to_string()),
-                Err(e) => Located::Missing(format!("{looked}; {e}")),
+                Ok(_) => Located::Found {
+                    spec: id.to_string(),
+                },
+                Err(e) => Located::Missing {
+                    reason: format!("{looked}; {e}"),
+                },
             }
         }
-        Source::Release { .. } => Located::Missing(format!(
-            "{looked} (a .pth release, never downloaded by bindscope)"
-        )),
+        Source::Release { .. } => Located::Missing {
+            reason: format!("{looked} (a .pth release, never downloaded by bindscope)"),
+        },
     }
+}
+
+/// Checks that `--weights-dir` names a directory.
+///
+/// # Errors
+/// A message naming the path.
+pub fn check_weights_dir(dir: Option<&Path>) -> Result<()> {
+    if let Some(d) = dir
+        && !d.is_dir()
+    {
+        anyhow::bail!(
+            "--weights-dir {}: {}",
+            d.display(),
+            if d.exists() {
+                "not a directory"
+            } else {
+                "no such directory"
+            }
+        );
+    }
+    Ok(())
+}
+
+/// The architecture the checkpoint `spec` holds, checked against the row's: a checkpoint of
+/// another family under a row's name would otherwise enter the table under that row's label.
+fn check_architecture(entry: &ZooEntry, spec: &str) -> Result<()> {
+    let ckpt = Checkpoint::resolve(spec)?.with_arch(entry.arch)?;
+    let found = bindscope_models::registry::model_type(&ckpt)?;
+    if found != entry.architecture {
+        anyhow::bail!(
+            "{spec} holds a '{found}' checkpoint; the row '{}' is a '{}' ({})",
+            entry.label,
+            entry.architecture,
+            entry.where_to_get()
+        );
+    }
+    Ok(())
 }
 
 /// A row that did not run.
@@ -102,6 +166,7 @@ pub fn run(
     ctx: &RunContext,
 ) -> Result<ZooReport> {
     template.check()?;
+    check_weights_dir(weights_dir)?;
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut report = ZooReport {
         dir: dir.to_path_buf(),
@@ -116,17 +181,26 @@ pub fn run(
         .map(|r| (r, locate(r, weights_dir, false)))
         .collect();
     for (r, l) in &located {
-        if let Located::Missing(reason) = l {
-            report.missing.push(Skipped {
+        match l {
+            Located::Missing { reason } => report.missing.push(Skipped {
                 label: r.label.into(),
                 reason: reason.clone(),
                 source: r.where_to_get(),
-            });
+            }),
+            Located::Unreadable { path, reason } => {
+                eprintln!("zoo: {}: {path} is not a checkpoint: {reason}", r.label);
+                report.failed.push(Skipped {
+                    label: r.label.into(),
+                    reason: format!("{path} is not a checkpoint: {reason}"),
+                    source: r.where_to_get(),
+                });
+            }
+            Located::Found { .. } => {}
         }
     }
     let found = located
         .iter()
-        .filter(|(_, l)| matches!(l, Located::Found(_)))
+        .filter(|(_, l)| matches!(l, Located::Found { .. }))
         .count();
     eprintln!(
         "zoo: weights found for {found} of {} rows ({} missing: listed at the end and, with \
@@ -136,7 +210,9 @@ pub fn run(
         dir.join("zoo.json").display()
     );
     for (i, (r, l)) in located.iter().enumerate() {
-        let Located::Found(spec) = l else { continue };
+        let Located::Found { spec } = l else {
+            continue;
+        };
         eprintln!("zoo: row {}/{}: {} ← {spec}", i + 1, rows.len(), r.label);
         let config = ProbeAllConfig {
             encoder: EncoderConfig {
@@ -151,9 +227,23 @@ pub fn run(
             dir: Some(dir.join(r.slug())),
             fresh: false,
         };
-        match probe_all::run(&config, &output, ctx) {
+        // A row that panics is a failed row, not the end of a run of hours.
+        let result = check_architecture(r, spec).and_then(|()| {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                probe_all::run(&config, &output, ctx)
+            }))
+            .unwrap_or_else(|p| {
+                let what = p
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_default();
+                Err(anyhow::anyhow!("internal error (panic): {what}"))
+            })
+        });
+        match result {
             Ok(row) => {
-                if row.embed_dim != r.embed_dim {
+                if row.embed_dim != r.embed_dim && template.scenes.output == VisionReadout::Pooled {
                     eprintln!(
                         "zoo: note: {} has embedding dimension {} where the registry says {}",
                         r.label, row.embed_dim, r.embed_dim
@@ -171,8 +261,13 @@ pub fn run(
             }
         }
     }
+    // Rewritten whole from this run's rows: no table or plot of earlier rows may stand for it.
+    let out = dir.join("correlate");
+    if out.is_dir() {
+        std::fs::remove_dir_all(&out)
+            .with_context(|| format!("removing the earlier {}", out.display()))?;
+    }
     if !report.finished.is_empty() {
-        let out = dir.join("correlate");
         let config = CorrelateConfig {
             rows: report.finished.clone(),
             ..correlate_config.clone()
