@@ -81,6 +81,9 @@ pub struct Record {
     pub rel_score: Option<f64>,
     /// `[width, height]` of the stored image.
     pub size: [usize; 2],
+    /// sha256 of the image file's bytes (hex): what a run's identity records of it.
+    #[serde(skip)]
+    pub sha256: String,
 }
 
 impl Record {
@@ -142,8 +145,15 @@ fn check(file: &str, v: &serde_json::Value, images: &Path) -> Result<Option<Reco
     let need = |key: &str| -> Result<String, String> {
         string_field(v, key)?.ok_or_else(|| format!("no {key}"))
     };
-    let scene = need("scene")?;
-    let target = need("target")?;
+    let need_label = |key: &str| -> Result<String, String> {
+        let v = need(key)?;
+        if v.trim().is_empty() {
+            return Err(format!("{key} is empty"));
+        }
+        Ok(v)
+    };
+    let scene = need_label("scene")?;
+    let target = need_label("target")?;
     let swapped_object = string_field(v, "swapped_object")?;
     let level = need("rel_level")?;
     let rel_level = RelLevel::parse(&level).ok_or_else(|| {
@@ -205,6 +215,10 @@ fn check(file: &str, v: &serde_json::Value, images: &Path) -> Result<Option<Reco
         rel_level,
         rel_score,
         size: [w as usize, h as usize],
+        sha256: {
+            use sha2::Digest;
+            format!("{:x}", sha2::Sha256::digest(&bytes))
+        },
     }))
 }
 

@@ -499,13 +499,30 @@ fn check(cfg: &RunConfig) -> Result<(), CoocoError> {
     if let Some(a) = cfg.areas.iter().find(|a| !seen.insert(**a)) {
         return Err(invalid(format!("--areas: {} is given twice", a.name())));
     }
-    for (flag, v) in [
-        ("--threshold", cfg.threshold),
-        ("--levenshtein-threshold", cfg.levenshtein_threshold),
+    // A cosine similarity lies in [−1, 1], a normalised Levenshtein similarity in [0, 1]: a
+    // threshold outside makes every answer right or every answer wrong.
+    for (flag, v, range) in [
+        ("--threshold", cfg.threshold, -1.0..=1.0),
+        (
+            "--levenshtein-threshold",
+            cfg.levenshtein_threshold,
+            0.0..=1.0,
+        ),
     ] {
-        if !v.is_finite() {
-            return Err(invalid(format!("{flag} must be a finite number, got {v}")));
+        if !v.is_finite() || !range.contains(&v) {
+            return Err(invalid(format!(
+                "{flag} must be a number in [{}, {}] (a similarity), got {v}",
+                range.start(),
+                range.end()
+            )));
         }
+    }
+    if cfg.bootstrap < 2 {
+        return Err(invalid(format!(
+            "--bootstrap must be at least 2 resamples (the intervals are percentiles of them), \
+             got {}",
+            cfg.bootstrap
+        )));
     }
     if cfg.max_new_tokens == 0 {
         return Err(invalid("--max-new-tokens must be at least 1"));
@@ -598,6 +615,19 @@ pub fn run(cfg: &RunConfig, ctx: &RunContext) -> Result<RunSummary, CoocoError> 
         })?;
         format!("{:x}", sha2::Sha256::digest(&bytes))
     };
+    // The images by content, in the run's order: a file replaced under the same name is
+    // another run.
+    let images_sha = {
+        use sha2::Digest;
+        let mut h = sha2::Sha256::new();
+        for r in records {
+            h.update(r.file.as_bytes());
+            h.update([0]);
+            h.update(r.sha256.as_bytes());
+            h.update([b'\n']);
+        }
+        format!("{:x}", h.finalize())
+    };
     // Both models before the run directory: a checkpoint that cannot be used leaves nothing.
     let namer = Namer::load(&ckpt, cfg.max_new_tokens, device)?;
     let mut scorer = ClipScorer::load(&clip, device)?;
@@ -615,7 +645,12 @@ pub fn run(cfg: &RunConfig, ctx: &RunContext) -> Result<RunSummary, CoocoError> 
     // config), not by how their path was written; the specs are recorded beside the identity.
     let identity = serde_json::json!({
         "command": "cooco run",
-        "data": {"metadata_sha256": metadata_sha, "limit": cfg.limit, "skip_invalid": cfg.skip_invalid},
+        "data": {
+            "metadata_sha256": metadata_sha,
+            "images_sha256": images_sha,
+            "limit": cfg.limit,
+            "skip_invalid": cfg.skip_invalid,
+        },
         "model": {
             "weights_sha256": sha(&ckpt)?,
             "tokenizer_sha256": file_sha(ckpt.tokenizer.as_deref())?,
@@ -644,7 +679,9 @@ pub fn run(cfg: &RunConfig, ctx: &RunContext) -> Result<RunSummary, CoocoError> 
     let name = format!("run-{}", bindscope_core::run::slug(&cfg.model));
     let dir = run_dir("cooco", &name, cfg.out.clone(), &identity, cfg.fresh)
         .map_err(|e| invalid(e.to_string()))?;
-    let config = ctx.config_json(serde_json::json!({
+    // One process per run directory: a second one would interleave the resume logs.
+    let _lock = bindscope_core::run::lock_run_dir(&dir).map_err(|e| invalid(e.to_string()))?;
+    let mut config = ctx.config_json(serde_json::json!({
         "identity": identity,
         "model": cfg.model,
         "clip": cfg.clip,
@@ -653,6 +690,7 @@ pub fn run(cfg: &RunConfig, ctx: &RunContext) -> Result<RunSummary, CoocoError> 
         "excluded": ds.excluded,
         "invalid": ds.invalid.len(),
     }));
+    bindscope_core::run::keep_created(&dir.join("config.json"), &mut config);
     write_json(&dir.join("config.json"), &config).map_err(|e| invalid(e.to_string()))?;
     if cfg.skip_invalid {
         write_json(&dir.join("invalid.json"), &ds.invalid).map_err(|e| invalid(e.to_string()))?;
@@ -681,9 +719,10 @@ pub fn run(cfg: &RunConfig, ctx: &RunContext) -> Result<RunSummary, CoocoError> 
         } else {
             None
         };
-        let progress = bindscope_core::run::progress(todo.len() as u64, "generations");
+        // The whole run's length first: the first line after a resume shows its position in
+        // the run, not in what is left.
+        let progress = bindscope_core::run::progress(insts.len() as u64, "generations");
         progress.set_position((insts.len() - todo.len()) as u64);
-        progress.set_length(insts.len() as u64);
         for inst in todo {
             let r = &records[inst.record];
             let (p, region) = condition_image(&ds, r, inst.area, inst.level, cfg.seed)?;
@@ -748,7 +787,8 @@ pub fn run(cfg: &RunConfig, ctx: &RunContext) -> Result<RunSummary, CoocoError> 
     if !to_score.is_empty() {
         let by_file: BTreeMap<&str, &Record> =
             records.iter().map(|r| (r.file.as_str(), r)).collect();
-        let progress = bindscope_core::run::progress(to_score.len() as u64, "scores");
+        let progress = bindscope_core::run::progress(gens.len() as u64, "scores");
+        progress.set_position((gens.len() - to_score.len()) as u64);
         for g in to_score {
             let r = by_file.get(g.image.as_str()).ok_or_else(|| {
                 invalid(format!(

@@ -199,6 +199,17 @@ fn invalid_records_are_named_or_skipped_and_listed() {
     assert_eq!(ds.records.len(), 2);
     assert_eq!(ds.invalid.len(), 1);
     assert_eq!(ds.invalid[0].file, "1003_bedroom_lamp_low.jpg");
+    // Labels the prompts and the scoring read must say something.
+    let dir = broken(|m, _| {
+        m["1003_bedroom_lamp_low.jpg"]["scene"] = "  ".into();
+        m["1002_street_car_clean.jpg"]["target"] = "".into();
+    });
+    let err = dataset::load(dir.path(), false).unwrap_err().to_string();
+    assert!(
+        err.contains("1003_bedroom_lamp_low.jpg: scene is empty")
+            && err.contains("1002_street_car_clean.jpg: target is empty"),
+        "{err}"
+    );
     let dir = broken(|m, _| *m = serde_json::json!([1, 2]));
     let err = dataset::load(dir.path(), false).unwrap_err().to_string();
     assert!(
@@ -610,9 +621,16 @@ fn the_run_matches_transformers_and_resumes() {
     let first: Vec<crate::run::ScoredRecord> =
         bindscope_core::run::read_jsonl(&out.path().join("items.jsonl"), "item").unwrap();
 
-    // A second invocation resumes: nothing to generate, the same items.
+    // A second invocation resumes: nothing to generate, the same items; config.json keeps
+    // when the run was created and says when it was resumed.
+    let config = |p: &Path| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(p.join("config.json")).unwrap()).unwrap()
+    };
+    let created = config(out.path())["created"].clone();
     let again = crate::run::run(&cfg, &ctx).unwrap();
     assert_eq!(again.generated, 0);
+    assert_eq!(config(out.path())["created"], created);
+    assert!(config(out.path())["resumed"].is_string());
     // An interruption mid-line: the cut line is dropped and its image generated again.
     let gp = out.path().join("generations.jsonl");
     let text = std::fs::read_to_string(&gp).unwrap();
@@ -652,6 +670,35 @@ fn the_run_matches_transformers_and_resumes() {
     other.model = edited.display().to_string();
     let e = crate::run::run(&other, &ctx).unwrap_err().to_string();
     assert!(e.contains("chat_template_sha256"), "{e}");
+}
+
+/// The images are part of a run's identity by content; one process at a time per run
+/// directory.
+#[test]
+fn a_replaced_image_is_another_run_and_a_running_directory_is_locked() {
+    let data = broken(|_, _| {});
+    let out = tempfile::tempdir().unwrap();
+    let ctx = context();
+    let mut cfg = run_config(out.path());
+    cfg.data = data.path().to_path_buf();
+    cfg.levels = vec![0.0];
+    cfg.attention = false;
+    cfg.limit = Some(1);
+    crate::run::run(&cfg, &ctx).unwrap();
+    // Held by another process (here another open file description of the same lock).
+    let lock = bindscope_core::run::lock_run_dir(out.path()).unwrap();
+    let e = crate::run::run(&cfg, &ctx).unwrap_err().to_string();
+    assert!(e.contains("in use by another process"), "{e}");
+    drop(lock);
+    assert_eq!(crate::run::run(&cfg, &ctx).unwrap().generated, 0);
+    // The first image replaced under its name: one pixel changed, the size and box kept.
+    let ds = dataset::load(data.path(), false).unwrap();
+    let path = ds.image_path(&ds.records[0]);
+    let mut img = image::open(&path).unwrap().to_rgb8();
+    img.put_pixel(0, 0, image::Rgb([255, 0, 0]));
+    img.save(&path).unwrap();
+    let e = crate::run::run(&cfg, &ctx).unwrap_err().to_string();
+    assert!(e.contains("images_sha256"), "{e}");
 }
 
 /// Noise conditions: level 0 generated once and recorded per area, noisy levels per area, the
@@ -712,6 +759,26 @@ fn run_options_and_checkpoints_are_checked() {
     cfg.threshold = f64::NAN;
     let e = crate::run::run(&cfg, &ctx).unwrap_err().to_string();
     assert!(e.contains("--threshold"), "{e}");
+    // Similarities live in [−1, 1] (cosine) and [0, 1] (Levenshtein ratio); percentiles need
+    // resamples.
+    let mut cfg = run_config(&out.path().join("b3"));
+    cfg.levenshtein_threshold = 2.0;
+    let e = crate::run::run(&cfg, &ctx).unwrap_err().to_string();
+    assert!(
+        e.contains("--levenshtein-threshold must be a number in [0, 1]"),
+        "{e}"
+    );
+    let mut cfg = run_config(&out.path().join("b4"));
+    cfg.threshold = 1.5;
+    let e = crate::run::run(&cfg, &ctx).unwrap_err().to_string();
+    assert!(e.contains("--threshold must be a number in [-1, 1]"), "{e}");
+    let mut cfg = run_config(&out.path().join("b5"));
+    cfg.bootstrap = 0;
+    let e = crate::run::run(&cfg, &ctx).unwrap_err().to_string();
+    assert!(e.contains("--bootstrap must be at least 2"), "{e}");
+    for d in ["b3", "b4", "b5"] {
+        assert!(!out.path().join(d).exists(), "nothing written for {d}");
+    }
     // A truncated image and a box the resize shrinks below a pixel: named before anything is
     // written, or left out with skip_invalid.
     let data = out.path().join("data");

@@ -78,6 +78,16 @@ pub enum RunError {
         /// The directory.
         dir: String,
     },
+    /// Another process is running in the run directory ([`lock_run_dir`]).
+    #[error(
+        "{dir} is in use by another process (it holds the lock {lock}); wait for that run to finish, or choose another --out"
+    )]
+    InUse {
+        /// The directory.
+        dir: String,
+        /// The lock file.
+        lock: String,
+    },
 }
 
 fn io(context: String) -> impl FnOnce(std::io::Error) -> RunError {
@@ -583,6 +593,54 @@ impl RunContext {
     }
 }
 
+/// A held lock on a run directory ([`lock_run_dir`]); released when dropped or when the
+/// process ends.
+#[derive(Debug)]
+pub struct RunLock {
+    _file: std::fs::File,
+}
+
+/// Takes the lock of the run directory `dir` (the file `dir/.lock`, an advisory lock of the
+/// operating system): two processes resuming one run directory would interleave its resume
+/// logs. The lock is released when the returned guard is dropped, and by the operating system
+/// when the process ends, however it ends.
+///
+/// # Errors
+/// [`RunError::Io`] when the lock file cannot be created; [`RunError::InUse`] when another
+/// process holds the lock.
+pub fn lock_run_dir(dir: &Path) -> Result<RunLock, RunError> {
+    let path = dir.join(".lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(io(format!("creating {}", path.display())))?;
+    match file.try_lock() {
+        Ok(()) => Ok(RunLock { _file: file }),
+        Err(std::fs::TryLockError::WouldBlock) => Err(RunError::InUse {
+            dir: dir.display().to_string(),
+            lock: path.display().to_string(),
+        }),
+        Err(std::fs::TryLockError::Error(e)) => Err(io(format!("locking {}", path.display()))(e)),
+    }
+}
+
+/// Keeps the `created` time of an existing `config.json` at `path` in the new `config` (a
+/// resumed run rewrites its config; it was created when it was first started), and records
+/// the resumption's time as `resumed`. Nothing changes when there is no readable earlier file.
+pub fn keep_created(path: &Path, config: &mut serde_json::Value) {
+    let earlier = std::fs::read_to_string(path)
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .and_then(|v| v.get("created").cloned());
+    if let (Some(created), Some(obj)) = (earlier, config.as_object_mut())
+        && let Some(now) = obj.insert("created".into(), created)
+    {
+        obj.insert("resumed".into(), now);
+    }
+}
+
 /// A file-system-safe name for a model spec: a Hub id has its `/` replaced by `--`
 /// (`openai/clip-vit-base-patch32` → `openai--clip-vit-base-patch32`), a directory gives its
 /// last component; any other character outside `[A-Za-z0-9._-]` becomes `_`.
@@ -822,6 +880,36 @@ mod tests {
     struct Row<'a> {
         name: &'a str,
         value: f64,
+    }
+
+    #[test]
+    fn a_run_directory_is_locked_by_one_holder_at_a_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let held = lock_run_dir(dir.path()).unwrap();
+        let e = lock_run_dir(dir.path()).unwrap_err();
+        assert!(matches!(e, RunError::InUse { .. }), "{e}");
+        assert!(e.to_string().contains("in use by another process"), "{e}");
+        drop(held);
+        lock_run_dir(dir.path()).unwrap();
+    }
+
+    #[test]
+    fn a_resumed_config_keeps_when_the_run_was_created() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("config.json");
+        let mut first = serde_json::json!({"created": "20261207-100000", "a": 1});
+        keep_created(&p, &mut first);
+        assert_eq!(
+            first,
+            serde_json::json!({"created": "20261207-100000", "a": 1})
+        );
+        write_json(&p, &first).unwrap();
+        let mut again = serde_json::json!({"created": "20261207-110000", "a": 1});
+        keep_created(&p, &mut again);
+        assert_eq!(
+            again,
+            serde_json::json!({"created": "20261207-100000", "resumed": "20261207-110000", "a": 1})
+        );
     }
 
     #[test]
