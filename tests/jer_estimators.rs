@@ -184,28 +184,41 @@ fn resnet_sketches_match_torch_func() {
     let m = resnet(&ad);
     let r = Reference::open("resnet");
     let x = r.tensor::<4>("jer.x", &ad);
-    let g = r.tensor::<2>("jer.G", &bindscope_core::device::test_device());
-    let v = r.tensor::<2>("jer.V", &bindscope_core::device::test_device());
     let f = |x: Tensor<4>| vec![m.embed(x, VisionReadout::Pooled)];
+    check_sketches_against_torch_func("ResNet", &f, &x, &r, 128);
+}
+
+/// The autodiff sketches Gᵀ·J and J·V of `f`'s output (dimension `d`) at `x` against the
+/// fixture's `jer.GtJ` / `jer.JV` (torch.func.vjp / jvp with `jer.G` / `jer.V`), every chunking.
+fn check_sketches_against_torch_func(
+    what: &str,
+    f: &dyn Fn(Tensor<4>) -> Vec<Tensor<2>>,
+    x: &Tensor<4>,
+    r: &Reference,
+    d: usize,
+) {
+    let inner = bindscope_core::device::test_device();
+    let g = r.tensor::<2>("jer.G", &inner);
+    let v = r.tensor::<2>("jer.V", &inner);
     let tol = if bindscope_core::device::testing_on_accelerator() {
         3e-4
     } else {
         1e-4
     };
     for chunk in [4, 3, 1] {
-        let gtj = host(output_sketch(&f, &x, 0, g.clone(), chunk).unwrap());
+        let gtj = host(output_sketch(f, x, 0, g.clone(), chunk).unwrap());
         let e = relative_error(&gtj, &r.f32("jer.GtJ").1);
         assert!(
             e <= tol,
-            "ResNet Gᵀ·J vs torch.func.vjp: relative error {e:e} (chunk {chunk})"
+            "{what} Gᵀ·J vs torch.func.vjp: relative error {e:e} (chunk {chunk})"
         );
     }
     for chunk in [4, 3] {
-        let jv = host(input_sketch(&f, &x, 0, 128, v.clone(), chunk).unwrap());
+        let jv = host(input_sketch(f, x, 0, d, v.clone(), chunk).unwrap());
         let e = relative_error(&jv, &r.f32("jer.JV").1);
         assert!(
             e <= tol,
-            "ResNet J·V vs torch.func.jvp: relative error {e:e} (chunk {chunk})"
+            "{what} J·V vs torch.func.jvp: relative error {e:e} (chunk {chunk})"
         );
     }
 }
@@ -223,30 +236,8 @@ fn eva_sketches_match_torch_func() {
         m.linearize(x.clone(), VisionReadout::Pooled, Outputs::Final)
             .is_none()
     );
-    let g = r.tensor::<2>("jer.G", &bindscope_core::device::test_device());
-    let v = r.tensor::<2>("jer.V", &bindscope_core::device::test_device());
     let f = |x: Tensor<4>| vec![m.embed(x, VisionReadout::Pooled)];
-    let tol = if bindscope_core::device::testing_on_accelerator() {
-        3e-4
-    } else {
-        1e-4
-    };
-    for chunk in [4, 3, 1] {
-        let gtj = host(output_sketch(&f, &x, 0, g.clone(), chunk).unwrap());
-        let e = relative_error(&gtj, &r.f32("jer.GtJ").1);
-        assert!(
-            e <= tol,
-            "EVA Gᵀ·J vs torch.func.vjp: relative error {e:e} (chunk {chunk})"
-        );
-    }
-    for chunk in [4, 3] {
-        let jv = host(input_sketch(&f, &x, 0, 6, v.clone(), chunk).unwrap());
-        let e = relative_error(&jv, &r.f32("jer.JV").1);
-        assert!(
-            e <= tol,
-            "EVA J·V vs torch.func.jvp: relative error {e:e} (chunk {chunk})"
-        );
-    }
+    check_sketches_against_torch_func("EVA", &f, &x, &r, 6);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -88,8 +88,8 @@ use crate::linearize::{
     BlockParts, HeadParts, LinearParts, Linearization, NormParts, Outputs, Pool, VitParts,
 };
 use crate::nn::{
-    Activation, check_sizes, checkpoint_shapes, de_image_size, interpolate_pos_grid, layer_norm,
-    linear, mean_patch, run_stack, to_dtype, to_f32, token,
+    Activation, check_sizes, checkpoint_shapes, count_blocks, de_image_size, interpolate_pos_grid,
+    layer_norm, layer_scale, linear, mean_patch, run_stack, to_dtype, to_f32, token,
 };
 use crate::vit::{Dense, PatchEmbeddings, ViTIntermediate};
 use crate::{EncoderOutput, ForwardOptions, ModelError, ModelInfo, VisionEncoder, VisionReadout};
@@ -211,17 +211,7 @@ impl BeitConfig {
             }
         }
         let hidden_size = dims("cls_token", 3)?[2];
-        let num_hidden_layers = shapes
-            .keys()
-            .filter_map(|k| {
-                k.strip_prefix("blocks.")?
-                    .split('.')
-                    .next()?
-                    .parse::<usize>()
-                    .ok()
-            })
-            .max()
-            .map_or(0, |n| n + 1);
+        let num_hidden_layers = count_blocks(shapes, "blocks.");
         let patch = dims("patch_embed.proj.weight", 4)?;
         let (num_channels, patch_size) = (patch[1], patch[3]);
         let intermediate_size = dims("blocks.0.mlp.fc1.weight", 2)?[0];
@@ -565,16 +555,6 @@ pub struct BeitLayer {
     pub lambda_2: Option<Param<Tensor<1>>>,
 }
 
-fn scale(x: Tensor<3>, lambda: &Option<Param<Tensor<1>>>) -> Tensor<3> {
-    match lambda {
-        Some(l) => {
-            let d = l.dims()[0];
-            x * l.val().reshape([1, 1, d])
-        }
-        None => x,
-    }
-}
-
 impl BeitLayer {
     fn new(config: &BeitConfig, act: Activation, init: &Initializer, device: &Device) -> Self {
         let d = config.hidden_size;
@@ -651,14 +631,14 @@ impl BeitLayer {
             _ => unreachable!("BeitSelfAttention is built with one projection layout"),
         };
         let (ctx, probs) = multi_head_attention(q, k, v, sa.num_heads, &mask, None, need_probs);
-        let x = scale(self.attention.output.dense.forward(ctx), &self.lambda_1) + x;
+        let x = layer_scale(self.attention.output.dense.forward(ctx), &self.lambda_1) + x;
         let h = self.intermediate.act.forward(
             self.intermediate
                 .dense
                 .forward(self.layernorm_after.forward(x.clone())),
         );
         (
-            scale(self.output.dense.forward(h), &self.lambda_2) + x,
+            layer_scale(self.output.dense.forward(h), &self.lambda_2) + x,
             probs,
         )
     }

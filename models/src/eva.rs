@@ -64,8 +64,8 @@ use burn::tensor::TensorData;
 use crate::attention::{AttentionMask, multi_head_attention};
 use crate::beit::FusedQkv;
 use crate::nn::{
-    Activation, check_sizes, checkpoint_shapes, interpolate_pos_grid, layer_norm, linear,
-    mean_patch, run_stack, to_dtype, to_f32, token,
+    Activation, check_sizes, checkpoint_shapes, count_blocks, interpolate_pos_grid, layer_norm,
+    layer_scale, linear, mean_patch, run_stack, to_dtype, to_f32, token,
 };
 use crate::vit::PatchEmbeddings;
 use crate::{EncoderOutput, ForwardOptions, ModelError, ModelInfo, VisionEncoder, VisionReadout};
@@ -343,17 +343,7 @@ impl EvaConfig {
             ));
         }
         let hidden_size = dims("cls_token", 3)?[2];
-        let num_hidden_layers = shapes
-            .keys()
-            .filter_map(|k| {
-                k.strip_prefix("blocks.")?
-                    .split('.')
-                    .next()?
-                    .parse::<usize>()
-                    .ok()
-            })
-            .max()
-            .map_or(0, |n| n + 1);
+        let num_hidden_layers = count_blocks(shapes, "blocks.");
         let patch = dims("patch_embed.proj.weight", 4)?;
         let (num_channels, patch_size) = (patch[1], patch[3]);
         let swiglu_mlp = shapes.contains_key("blocks.0.mlp.fc1_g.weight");
@@ -677,16 +667,6 @@ pub struct EvaBlock {
     pub gamma_2: Option<Param<Tensor<1>>>,
 }
 
-fn scale(x: Tensor<3>, gamma: &Option<Param<Tensor<1>>>) -> Tensor<3> {
-    match gamma {
-        Some(g) => {
-            let d = g.dims()[0];
-            x * g.val().reshape([1, 1, d])
-        }
-        None => x,
-    }
-}
-
 impl EvaBlock {
     fn new(config: &EvaConfig, init: &Initializer, device: &Device) -> Self {
         let d = config.hidden_size;
@@ -752,9 +732,9 @@ impl EvaBlock {
             Some(n) => n.forward(ctx),
             None => ctx,
         };
-        let x = scale(a.proj.forward(ctx), &self.gamma_1) + x;
+        let x = layer_scale(a.proj.forward(ctx), &self.gamma_1) + x;
         let m = self.mlp.forward(self.norm2.forward(x.clone()));
-        (scale(m, &self.gamma_2) + x, probs)
+        (layer_scale(m, &self.gamma_2) + x, probs)
     }
 }
 

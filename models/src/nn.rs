@@ -688,6 +688,33 @@ pub fn mean_patch(x: Tensor<3>, prefix: usize) -> Tensor<2> {
     x.slice([0..n, prefix..t, 0..d]).mean_dim(1).reshape([n, d])
 }
 
+/// `x ⊙ γ` with a per-channel layer scale `γ: [D]` broadcast over `[N, T, D]`; `x` without one.
+pub fn layer_scale(x: Tensor<3>, gamma: &Option<burn::module::Param<Tensor<1>>>) -> Tensor<3> {
+    match gamma {
+        Some(g) => {
+            let d = g.dims()[0];
+            x * g.val().reshape([1, 1, d])
+        }
+        None => x,
+    }
+}
+
+/// The number of blocks a checkpoint holds under `prefix` (`blocks.` for `blocks.0.…`,
+/// `blocks.1.…`): one more than the largest index, 0 without any.
+pub fn count_blocks(shapes: &BTreeMap<String, Vec<usize>>, prefix: &str) -> usize {
+    shapes
+        .keys()
+        .filter_map(|k| {
+            k.strip_prefix(prefix)?
+                .split('.')
+                .next()?
+                .parse::<usize>()
+                .ok()
+        })
+        .max()
+        .map_or(0, |n| n + 1)
+}
+
 /// Token `i` of every sequence: `[N, T, D]` → `[N, D]`.
 pub fn token(x: Tensor<3>, i: usize) -> Tensor<2> {
     let [n, _, d] = x.dims();
