@@ -17,7 +17,7 @@ use std::path::PathBuf;
 /// Which encoder to probe.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ModelSource {
-    /// Hugging Face id, local checkpoint directory, or PyTorch .pth/.pt file (a torchvision ResNet; see --arch).
+    /// Hugging Face id, local checkpoint directory (transformers layout, or a timm repository of BEiT / EVA-02), or PyTorch .pth/.pt file (a torchvision ResNet; see --arch).
     /// (One of --model and --random-init is required; `probe-all` also takes --zoo.)
     #[arg(long, conflicts_with = "random_init")]
     pub model: Option<String>,

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 /// Arguments of `experiments embed`.
 #[derive(clap::Args, Debug)]
 pub struct EmbedArgs {
-    /// Hugging Face id, local checkpoint directory, or PyTorch .pth/.pt file (a torchvision ResNet; see --arch).
+    /// Hugging Face id, local checkpoint directory (transformers layout, or a timm repository of BEiT / EVA-02), or PyTorch .pth/.pt file (a torchvision ResNet; see --arch).
     #[arg(long)]
     model: String,
     /// Image files or directories (every file of a directory, sorted by name).
@@ -176,8 +176,10 @@ fn embed_texts(
     device: &Device,
     opts: &bindscope_core::LoadOptions,
 ) -> Result<(Vec<String>, Vec<f32>, usize)> {
-    let tok = Tokenizer::from_checkpoint(ckpt)?;
+    // The model first: a checkpoint without a text tower is named as such, not as a
+    // tokenization problem.
     let model = bindscope_models::registry::load_text(ckpt, device, opts)?;
+    let tok = Tokenizer::from_checkpoint(ckpt)?;
     let pb = common::progress(lines.len() as u64, "texts");
     let mut rows = Vec::new();
     let mut dim = 0;

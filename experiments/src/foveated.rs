@@ -73,7 +73,7 @@ pub struct FoveatedArgs {
     /// csb, csd or gqa.
     #[arg(long, value_enum)]
     task: TaskArg,
-    /// Hugging Face id, local checkpoint directory, or PyTorch .pth/.pt file (a torchvision ResNet; see --arch) of the encoder.
+    /// Hugging Face id, local checkpoint directory (transformers layout, or a timm repository of BEiT / EVA-02), or PyTorch .pth/.pt file (a torchvision ResNet; see --arch) of the encoder.
     #[arg(long, required_unless_present = "dump_only")]
     model: Option<String>,
     /// Readouts, comma-separated: gap, summary, oracle, fovea (gqa also oracle-box; its fovea is

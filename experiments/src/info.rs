@@ -7,7 +7,7 @@ use burn::tensor::Device;
 /// Arguments of `experiments info`.
 #[derive(clap::Args, Debug)]
 pub struct InfoArgs {
-    /// Hugging Face id, local checkpoint directory, or PyTorch .pth/.pt file (a torchvision ResNet; see --arch).
+    /// Hugging Face id, local checkpoint directory (transformers layout, or a timm repository of BEiT / EVA-02), or PyTorch .pth/.pt file (a torchvision ResNet; see --arch).
     #[arg(long)]
     model: String,
     /// Print JSON instead of a table.

@@ -16,7 +16,7 @@ use std::path::PathBuf;
 /// Arguments of `experiments jer`.
 #[derive(clap::Args, Debug)]
 pub struct JerArgs {
-    /// Hugging Face id, local checkpoint directory, or PyTorch .pth/.pt file (a torchvision ResNet; see --arch); repeat for a comparison table.
+    /// Hugging Face id, local checkpoint directory (transformers layout, or a timm repository of BEiT / EVA-02), or PyTorch .pth/.pt file (a torchvision ResNet; see --arch); repeat for a comparison table.
     #[arg(long, required = true, num_args = 1..)]
     model: Vec<String>,
     /// Number of probe images x ~ N(0.45, 0.225²), clipped to [0, 1].
@@ -51,7 +51,8 @@ pub struct JerArgs {
     #[arg(long, default_value = "pooled")]
     output: VisionReadout,
     /// Normalization of the probe: imagenet (the paper, every model) or model (the
-    /// checkpoint's preprocessor_config.json mean/std).
+    /// checkpoint's own mean/std: preprocessor_config.json, a timm pretrained_cfg, or
+    /// torchvision's ImageNet values for a .pth).
     #[arg(long, value_enum, default_value_t = Normalize::Imagenet)]
     normalize: Normalize,
     /// Also compute JER at the output of every block (pooled like the final output). Every

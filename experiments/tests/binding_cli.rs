@@ -400,6 +400,26 @@ fn zoo_runs_the_rows_it_finds_lists_the_rest_and_correlates() {
     let (good, _) = exec(&dir, &other);
     assert!(!good);
     assert!(!dir.join("zoo/correlate").exists());
+    // An image of --images that does not decode stops the run before any row.
+    let photos = dir.join("photos");
+    std::fs::create_dir_all(&photos).unwrap();
+    for f in ["a", "b", "c"] {
+        std::fs::copy(
+            root().join(format!("tests/fixtures/resnet/preprocess/{f}.png")),
+            photos.join(format!("{f}.png")),
+        )
+        .unwrap();
+    }
+    std::fs::write(photos.join("z.png"), b"not a png").unwrap();
+    let p = photos.display().to_string();
+    let mut with_photos = args.clone();
+    with_photos.extend(["--images", &p]);
+    let (good, text) = exec(&dir, &with_photos);
+    assert!(
+        !good && text.contains("--images: decoding") && text.contains("z.png"),
+        "{text}"
+    );
+    assert!(!text.contains("zoo: row"), "no row ran:\n{text}");
     // Unknown registries, a missing --weights-dir and flags that make no sense with --zoo are
     // refused.
     let (good, text) = exec(

@@ -37,6 +37,7 @@ pub enum Normalize {
     /// ImageNet mean / std (the papers' setting, every model).
     #[default]
     Imagenet,
-    /// The checkpoint's own `preprocessor_config.json`.
+    /// The checkpoint's own mean / std (`preprocessor_config.json`, a timm `pretrained_cfg`, or
+    /// torchvision's ImageNet values for a `.pth`).
     Model,
 }

@@ -167,6 +167,19 @@ pub fn run(
 ) -> Result<ZooReport> {
     template.check()?;
     check_weights_dir(weights_dir)?;
+    // The natural images once, before any row: a file that does not decode would otherwise
+    // fail every row, each after its JER and binding work. (A folder the rows' own
+    // `--dump-images` fills is listed by each row.)
+    if let Some(folder) = &template.images
+        && template.dump_images.as_deref() != Some(folder.as_path())
+    {
+        let selection = super::geometry::Selection::new(folder, &template.geometry)?;
+        let decode = bindscope_data::image::DecodeOptions::hf();
+        for p in &selection.samples {
+            bindscope_data::image::decode_file(p, &decode)
+                .with_context(|| format!("--images: decoding {}", p.display()))?;
+        }
+    }
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut report = ZooReport {
         dir: dir.to_path_buf(),
