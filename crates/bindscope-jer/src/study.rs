@@ -552,6 +552,8 @@ fn run_model(
 
     let identity_json = serde_json::to_value(&identity)?;
     let dir = output.run_dir("jer", &slug(spec), &identity_json)?;
+    // One process per run directory: a second would interleave the per-image log.
+    let _lock = bindscope_core::run::lock_run_dir(&dir)?;
     let record = ctx.config_json(json!({
         "study": "jer",
         "identity": identity_json,

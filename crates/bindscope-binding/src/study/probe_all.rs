@@ -266,6 +266,8 @@ pub fn run(config: &ProbeAllConfig, output: &Output, ctx: &RunContext) -> Result
         json!({ "label": label, "geometry_files": geo.as_ref().map(|g| &g.samples) }),
         ctx,
     )?;
+    // One process per run directory: a second would interleave the resume logs.
+    let _lock = bindscope_core::run::lock_run_dir(&dir)?;
     eprintln!("probe-all: {spec} → {}", dir.display());
     let mut timings = BTreeMap::new();
     let mut metrics = BTreeMap::new();

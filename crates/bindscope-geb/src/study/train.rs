@@ -263,6 +263,8 @@ pub fn run(cfg: &TrainRun, out: &Output, ctx: &RunContext) -> Result<TrainReport
         "train_sha256": train_sha,
     });
     let dir = out.run_dir("geb", "train", &identity)?;
+    // One process per run directory: a second would overwrite the other's checkpoints.
+    let _lock = bindscope_core::run::lock_run_dir(&dir)?;
     write_json(
         &dir.join("config.json"),
         &ctx.config_json(serde_json::json!({
