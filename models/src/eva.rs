@@ -311,7 +311,9 @@ impl EvaConfig {
                 if use_rot.is_none() {
                     missing.push("use_rot_pos_emb");
                 }
-                if rope && reference.is_none() {
+                // Unknown whether the model has rotary embeddings: their grid is asked for too
+                // (`null` without them).
+                if (rope || use_rot.is_none()) && reference.is_none() {
                     missing.push("ref_feat_shape");
                 }
                 if !missing.is_empty() {

@@ -158,7 +158,10 @@ fn eva_heads_must_be_known() {
         |_| true,
     );
     let err = load_error(&dir);
-    assert!(err.contains("model_args.use_rot_pos_emb"), "{err}");
+    assert!(
+        err.contains("model_args.use_rot_pos_emb, model_args.ref_feat_shape"),
+        "{err}"
+    );
     let dir = scratch(
         "eva",
         "heads-bad",
