@@ -981,10 +981,6 @@ impl VisionEncoder for EvaModel {
         })
     }
 
-    fn final_norm(&self, last_hidden_state: Tensor<3>) -> Tensor<3> {
-        last_hidden_state
-    }
-
     fn info(&self) -> ModelInfo {
         let c = &self.config;
         ModelInfo {
