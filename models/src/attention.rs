@@ -6,9 +6,11 @@
 //! `self_attn.q_proj`, ViT's `attention.attention.query`, BERT's `attention.self.query`,
 //! Llama's `self_attn.{q,k,v,o}_proj`); this module only does the part they share.
 //!
-//! When attention probabilities are not requested, the fused kernel
-//! [`burn::tensor::module::attention`] is used; otherwise the probabilities are materialised and
-//! returned (the switchable fallback timm also has).
+//! When attention probabilities are not requested, a fused kernel is used: this crate's CPU
+//! kernel (`attention/cpu.rs`: blocks of query rows, causal key ranges skipped, vectorised
+//! softmax) for f32 burn-flex tensors outside autodiff with no mask or a causal one, and
+//! [`burn::tensor::module::attention`] for everything else; otherwise the probabilities are
+//! materialised and returned (the switchable fallback timm also has).
 //!
 //! # Causal masks with a cache
 //! Queries are the *last* `T_q` positions of the `T_k` keys (the keys are the cache followed by
@@ -23,6 +25,8 @@ use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
 
 use crate::nn::{to_dtype, to_f32};
+
+mod cpu;
 
 /// Masking applied to attention scores before the softmax.
 #[derive(Debug, Clone, Default)]
@@ -149,8 +153,19 @@ pub fn scaled_dot_product_attention(
         hkv > 0 && h.is_multiple_of(hkv),
         "{h} query heads are not a multiple of {hkv} key/value heads"
     );
-    let (k, v) = (repeat_kv(k, h / hkv), repeat_kv(v, h / hkv));
     let scale = scale.unwrap_or(1.0 / (dh as f64).sqrt());
+    let cpu_mask = match mask {
+        AttentionMask::None => Some(cpu::CpuMask::None),
+        AttentionMask::Causal => Some(cpu::CpuMask::Causal),
+        _ => None,
+    };
+    if !need_probs
+        && let Some(cpu_mask) = cpu_mask
+        && let Some(ctx) = cpu::attention(&q, &k, &v, cpu_mask, scale as f32)
+    {
+        return (ctx, None);
+    }
+    let (k, v) = (repeat_kv(k, h / hkv), repeat_kv(v, h / hkv));
     let dtype = q.dtype();
     if !need_probs {
         // A square causal block (a prompt without a cache) goes to the kernel's own causal

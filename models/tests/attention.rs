@@ -468,6 +468,16 @@ fn causal_attention_without_a_cache_matches_transformers() {
     );
     r.assert_close("context_nocache", ctx, tol());
     r.assert_close("probs_nocache", probs.unwrap(), tol());
+    // The fused kernel (on the CPU, this crate's blocked kernel) gives the same context.
+    let (fused, _) = scaled_dot_product_attention(
+        r.tensor("q_rot", &dev),
+        r.tensor("k_rot", &dev),
+        r.tensor("v_new", &dev),
+        &AttentionMask::Causal,
+        None,
+        false,
+    );
+    r.assert_close("context_nocache", fused, tol());
 }
 
 fn positions(x: Tensor<4>, range: std::ops::Range<usize>) -> Tensor<4> {
