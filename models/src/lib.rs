@@ -54,6 +54,7 @@ pub mod resnet;
 pub mod siglip;
 pub mod vit;
 pub mod vit_mae;
+mod vmath;
 
 use bindscope_core::{CheckpointError, LoadError};
 use burn::prelude::*;

@@ -35,7 +35,7 @@ use burn::tensor::ops::{InterpolateMode, InterpolateOptions};
 use burn::tensor::{DType, FloatDType, TensorData};
 use serde::Deserialize;
 
-use crate::{ForwardOptions, ModelError};
+use crate::{ForwardOptions, ModelError, vmath};
 
 // ---------------------------------------------------------------------------------------------
 // Activation
@@ -102,12 +102,12 @@ impl Activation {
         let x = if x.dtype() != DType::F32 {
             x
         } else if x.is_autodiff() {
-            match cpu_value_and_derivative(&x, self.scalar_and_derivative()) {
+            match cpu_value_and_derivative(&x, self.pair_kernel()) {
                 Some((y, _)) => return y,
                 None => x,
             }
         } else {
-            match cpu_map(x, self.scalar()) {
+            match cpu_map(x, self.map_kernel()) {
                 Ok(y) => return y,
                 Err(x) => *x,
             }
@@ -130,7 +130,7 @@ impl Activation {
     /// `u: [...]` → two tensors of `u`'s shape.
     pub fn forward_with_derivative<const D: usize>(self, u: Tensor<D>) -> (Tensor<D>, Tensor<D>) {
         if u.dtype() == DType::F32
-            && let Some(pair) = cpu_value_and_derivative(&u, self.scalar_and_derivative())
+            && let Some(pair) = cpu_value_and_derivative(&u, self.pair_kernel())
         {
             return pair;
         }
@@ -173,80 +173,92 @@ impl Activation {
         (y, d.detach())
     }
 
-    /// The activation of one f32, as burn's tensor formulas compute it.
-    fn scalar(self) -> fn(f32) -> f32 {
+    /// The activation applied in place to a slice of f32, in one vectorised loop
+    /// ([`vmath::sigmoid`]; tanh-GELU as `x·σ(2u)`, which is `x·(1 + tanh u)/2`; the exact GELU
+    /// with [`vmath::erf`], PyTorch's CPU formula), and with libm's `tanhf` for `tanh`.
+    fn map_kernel(self) -> fn(&mut [f32]) {
+        macro_rules! map {
+            ($f:expr) => {
+                |xs: &mut [f32]| vmath::vectorized(|| xs.iter_mut().for_each(|x| *x = $f(*x)))
+            };
+        }
         match self {
-            Self::QuickGelu => |x| x * sigmoid_f32(x * 1.702),
-            Self::Gelu => |x| 0.5 * x * (1.0 + libm::erff(x / std::f32::consts::SQRT_2)),
-            Self::GeluTanh => |x| x * (gelu_tanh_u(x).tanh() + 1.0) * 0.5,
-            Self::Relu => |x| if x.is_nan() || x > 0.0 { x } else { 0.0 },
-            Self::Silu => |x| x * sigmoid_f32(x),
-            Self::Tanh => f32::tanh,
+            Self::QuickGelu => map!(|x: f32| x * vmath::sigmoid(x * 1.702)),
+            Self::Gelu => map!(|x: f32| 0.5 * x * (1.0 + vmath::erf(x / std::f32::consts::SQRT_2))),
+            Self::GeluTanh => map!(|x: f32| x * vmath::sigmoid(2.0 * gelu_tanh_u(x))),
+            Self::Relu => map!(|x: f32| if x.is_nan() || x > 0.0 { x } else { 0.0 }),
+            Self::Silu => map!(|x: f32| x * vmath::sigmoid(x)),
+            Self::Tanh => map!(f32::tanh),
         }
     }
 
-    /// The activation of one f32 and its derivative (PyTorch's backward formulas: `Φ(x) + x φ(x)`
-    /// for GELU, `s + 1.702 x s (1 − s)` for quick_gelu, `s (1 + x (1 − s))` for SiLU,
-    /// `1 − y²` for tanh, the tanh-GELU's chain rule, ReLU's step with 0 at 0).
-    fn scalar_and_derivative(self) -> fn(f32) -> (f32, f32) {
+    /// The activation and its derivative over a slice (PyTorch's backward formulas:
+    /// `Φ(x) + x φ(x)` for GELU, `s + 1.702 x s (1 − s)` for quick_gelu, `s (1 + x (1 − s))` for
+    /// SiLU, `1 − y²` for tanh, the tanh-GELU's chain rule with `(1 + t)/2 = σ(2u)`, ReLU's step
+    /// with 0 at 0): `(y[i], d[i]) = (act(x[i]), act'(x[i]))`, vectorised as
+    /// [`Self::map_kernel`].
+    fn pair_kernel(self) -> PairKernel {
+        macro_rules! pair {
+            ($f:expr) => {
+                |xs: &[f32], ys: &mut [f32], ds: &mut [f32]| {
+                    vmath::vectorized(|| {
+                        for ((&x, y), d) in xs.iter().zip(ys.iter_mut()).zip(ds.iter_mut()) {
+                            (*y, *d) = $f(x);
+                        }
+                    })
+                }
+            };
+        }
         match self {
-            Self::QuickGelu => |x| {
-                let s = sigmoid_f32(x * 1.702);
+            Self::QuickGelu => pair!(|x: f32| {
+                let s = vmath::sigmoid(x * 1.702);
                 (x * s, s + 1.702 * x * s * (1.0 - s))
-            },
-            Self::Gelu => |x| {
+            }),
+            Self::Gelu => pair!(|x: f32| {
                 /// 1/√(2π).
                 const INV_SQRT_2PI: f32 = 0.398_942_3;
-                let cdf = 0.5 * (1.0 + libm::erff(x / std::f32::consts::SQRT_2));
-                let pdf = INV_SQRT_2PI * (-0.5 * x * x).exp();
+                let cdf = 0.5 * (1.0 + vmath::erf(x / std::f32::consts::SQRT_2));
+                let pdf = INV_SQRT_2PI * vmath::exp_nonpositive(-0.5 * x * x);
                 // x·cdf rounds as burn's 0.5·x·(1 + erf): halving is exact.
                 (x * cdf, cdf + x * pdf)
-            },
-            Self::GeluTanh => |x| {
-                let t = gelu_tanh_u(x).tanh();
+            }),
+            Self::GeluTanh => pair!(|x: f32| {
+                // (1 + t)/2 = σ(2u) and 1 − t² = 4 σ(2u) (1 − σ(2u)).
+                let s = vmath::sigmoid(2.0 * gelu_tanh_u(x));
                 let du = SQRT_2_OVER_PI * (1.0 + 3.0 * 0.044715 * x * x);
-                (
-                    x * (t + 1.0) * 0.5,
-                    0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du,
-                )
-            },
-            Self::Relu => |x| {
+                (x * s, s + 2.0 * x * s * (1.0 - s) * du)
+            }),
+            Self::Relu => pair!(|x: f32| {
                 if x.is_nan() || x > 0.0 {
                     (x, 1.0)
                 } else {
                     (0.0, 0.0)
                 }
-            },
-            Self::Silu => |x| {
-                let s = sigmoid_f32(x);
+            }),
+            Self::Silu => pair!(|x: f32| {
+                let s = vmath::sigmoid(x);
                 (x * s, s * (1.0 + x * (1.0 - s)))
-            },
-            Self::Tanh => |x| {
+            }),
+            Self::Tanh => pair!(|x: f32| {
                 let y = x.tanh();
                 (y, 1.0 - y * y)
-            },
+            }),
         }
     }
 }
+
+/// A slice kernel of [`Activation::pair_kernel`]: `(x, y, d)`.
+type PairKernel = fn(&[f32], &mut [f32], &mut [f32]);
 
 /// √(2/π), as burn's `gelu_approximate` has it (an f64 constant, applied in f32).
 const SQRT_2_OVER_PI: f32 =
     (std::f64::consts::FRAC_2_SQRT_PI * std::f64::consts::FRAC_1_SQRT_2) as f32;
 
-/// The tanh-GELU's argument `√(2/π) (x + 0.044715 x³)`, in burn's order of operations.
+/// The tanh-GELU's argument `√(2/π) (x + 0.044715 x³)`, in burn's order of operations (the
+/// cube as two products, as PyTorch's vectorised kernel computes it).
+#[inline(always)]
 fn gelu_tanh_u(x: f32) -> f32 {
-    (x + x.powf(3.0) * 0.044715) * SQRT_2_OVER_PI
-}
-
-/// The logistic function without overflow: `1 / (1 + e^{-x})` for `x ≥ 0`, `e^x / (1 + e^x)`
-/// below.
-fn sigmoid_f32(x: f32) -> f32 {
-    if x >= 0.0 {
-        1.0 / (1.0 + (-x).exp())
-    } else {
-        let e = x.exp();
-        e / (1.0 + e)
-    }
+    (x + x * x * x * 0.044715) * SQRT_2_OVER_PI
 }
 
 /// Elements per rayon task of the CPU element-wise passes.
@@ -265,10 +277,10 @@ fn dense_f32(t: FlexTensor) -> (FlexTensor, usize, burn::tensor::Shape) {
     (t, start, shape)
 }
 
-/// `f` applied to every element of an f32 burn-flex tensor not tracked by autodiff, split over
-/// rayon's threads, in place when the storage is not shared; `Err(x)`, untouched, for any other
-/// tensor.
-fn cpu_map<const D: usize>(x: Tensor<D>, f: fn(f32) -> f32) -> Result<Tensor<D>, Box<Tensor<D>>> {
+/// The in-place slice kernel `f` applied to every element of an f32 burn-flex tensor not
+/// tracked by autodiff, split over rayon's threads, in place when the storage is not shared;
+/// `Err(x)`, untouched, for any other tensor.
+fn cpu_map<const D: usize>(x: Tensor<D>, f: fn(&mut [f32])) -> Result<Tensor<D>, Box<Tensor<D>>> {
     use rayon::prelude::*;
     let Ok(mut t) = x.clone().try_into_primitive::<Flex>() else {
         return Err(Box::new(x));
@@ -279,27 +291,25 @@ fn cpu_map<const D: usize>(x: Tensor<D>, f: fn(f32) -> f32) -> Result<Tensor<D>,
         && t.layout().start_offset() == 0
         && let Some(data) = t.try_storage_mut::<f32>()
     {
-        data[..n]
-            .par_chunks_mut(MAP_CHUNK)
-            .for_each(|c| c.iter_mut().for_each(|v| *v = f(*v)));
+        data[..n].par_chunks_mut(MAP_CHUNK).for_each(f);
         return Ok(Tensor::from_primitive::<Flex>(t));
     }
     let (t, start, shape) = dense_f32(t);
     let src = &t.storage::<f32>()[start..start + n];
-    let mut out = vec![0f32; n];
-    out.par_chunks_mut(MAP_CHUNK)
-        .zip(src.par_chunks(MAP_CHUNK))
-        .for_each(|(o, i)| o.iter_mut().zip(i).for_each(|(o, &v)| *o = f(v)));
+    let mut out = src.to_vec();
+    out.par_chunks_mut(MAP_CHUNK).for_each(f);
     Ok(Tensor::from_primitive::<Flex>(FlexTensor::from_data(
         TensorData::new(out, shape),
     )))
 }
 
-/// Two element-wise outputs `(a, b) = f(x)` of an f32 burn-flex tensor, in one rayon-parallel
-/// pass; `None` when `x` (its autodiff-free inner tensor) is not on burn-flex.
+/// The activation values and derivatives `(y, d)` of an f32 burn-flex tensor from the slice
+/// kernel `f`, in one rayon-parallel pass; `None` when `x` (its autodiff-free inner tensor) is
+/// not on burn-flex. With `linearized`, the pair returned is `(d, y − x·d)` instead.
 fn cpu_pair<const D: usize>(
     x: &Tensor<D>,
-    f: impl Fn(f32) -> (f32, f32) + Sync,
+    f: PairKernel,
+    linearized: bool,
 ) -> Option<(Tensor<D>, Tensor<D>)> {
     use rayon::prelude::*;
     let t = x.clone().inner().try_into_primitive::<Flex>().ok()?;
@@ -310,9 +320,12 @@ fn cpu_pair<const D: usize>(
     a.par_chunks_mut(MAP_CHUNK)
         .zip(b.par_chunks_mut(MAP_CHUNK))
         .zip(src.par_chunks(MAP_CHUNK))
-        .for_each(|((a, b), i)| {
-            for ((a, b), &v) in a.iter_mut().zip(b.iter_mut()).zip(i) {
-                (*a, *b) = f(v);
+        .for_each(|((a, b), x)| {
+            f(x, a, b);
+            if linearized {
+                for ((a, b), &x) in a.iter_mut().zip(b.iter_mut()).zip(x) {
+                    (*a, *b) = (*b, *a - x * *b);
+                }
             }
         });
     let tensor = |v: Vec<f32>| {
@@ -330,15 +343,12 @@ fn cpu_pair<const D: usize>(
 /// is one product.
 fn cpu_value_and_derivative<const D: usize>(
     x: &Tensor<D>,
-    f: fn(f32) -> (f32, f32),
+    f: PairKernel,
 ) -> Option<(Tensor<D>, Tensor<D>)> {
     if !x.is_autodiff() {
-        return cpu_pair(x, f);
+        return cpu_pair(x, f, false);
     }
-    let (d, c) = cpu_pair(x, |v| {
-        let (y, dy) = f(v);
-        (dy, y - v * dy)
-    })?;
+    let (d, c) = cpu_pair(x, f, true)?;
     Some((x.clone() * d.clone() + c, d))
 }
 

@@ -9,7 +9,7 @@
 //!    row of the block may see (all keys without a mask; under a causal mask the keys past the
 //!    block's last query are never multiplied);
 //! 2. per row, the exact softmax of `S·scale` over its visible keys — the row maximum, `exp` in
-//!    a form the compiler vectorises (see [`exp_nonpositive`]), the sum in 16 lanes — and
+//!    a form the compiler vectorises (`crate::vmath`), the sum in 16 lanes — and
 //!    zeros for the keys a causal mask hides inside the block;
 //! 3. `O_blk = P · V[..k_end]` (faer), written straight into the output.
 //!
@@ -19,7 +19,7 @@
 //! out of `[N, T, H·Dh]` are strided views).
 //!
 //! The result equals softmax(Q·Kᵀ·scale)·V up to float rounding (summation order and `exp`
-//! within 2 ulp of the correctly rounded value): checked against burn's kernel and a direct
+//! within 2 ulp, `crate::vmath`): checked against burn's kernel and a direct
 //! f64 evaluation in this module's tests, and by the model parity suites.
 
 use burn::backend::Flex;
@@ -28,6 +28,8 @@ use burn::prelude::*;
 use burn::tensor::{DType, TensorData};
 use faer::{Accum, MatMut, MatRef, Par};
 use rayon::prelude::*;
+
+use crate::vmath::{exp_nonpositive, vectorized};
 
 /// Query rows per task.
 const BLOCK_Q: usize = 64;
@@ -180,113 +182,47 @@ pub(super) fn attention(
     )))
 }
 
-/// `row[..visible]` ← softmax(`row[..visible]`·scale), `row[visible..]` ← 0.
+/// `row[..visible]` ← softmax(`row[..visible]`·scale), `row[visible..]` ← 0; vectorised for
+/// the CPU's widest extension, the reductions in [`LANES`] independent accumulators.
 fn softmax_row(row: &mut [f32], visible: usize, scale: f32) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            // SAFETY: the CPU has AVX-512F, checked just above.
-            return unsafe { softmax_row_avx512(row, visible, scale) };
+    vectorized(|| {
+        let (head, tail) = row.split_at_mut(visible);
+        tail.fill(0.0);
+        for x in head.iter_mut() {
+            *x *= scale;
         }
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-        {
-            // SAFETY: the CPU has AVX2 and FMA, checked just above.
-            return unsafe { softmax_row_avx2(row, visible, scale) };
+        let mut lanes = [f32::NEG_INFINITY; LANES];
+        let mut chunks = head.chunks_exact(LANES);
+        for c in &mut chunks {
+            for (m, &x) in lanes.iter_mut().zip(c) {
+                *m = if x > *m { x } else { *m };
+            }
         }
-    }
-    softmax_row_portable(row, visible, scale)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn softmax_row_avx512(row: &mut [f32], visible: usize, scale: f32) {
-    softmax_row_portable(row, visible, scale)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn softmax_row_avx2(row: &mut [f32], visible: usize, scale: f32) {
-    softmax_row_portable(row, visible, scale)
+        let max = chunks
+            .remainder()
+            .iter()
+            .chain(&lanes)
+            .fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m });
+        for x in head.iter_mut() {
+            *x = exp_nonpositive(*x - max);
+        }
+        let mut sums = [0f32; LANES];
+        let mut chunks = head.chunks_exact(LANES);
+        for c in &mut chunks {
+            for (s, &x) in sums.iter_mut().zip(c) {
+                *s += x;
+            }
+        }
+        let sum: f32 = sums.iter().sum::<f32>() + chunks.remainder().iter().sum::<f32>();
+        let inv = 1.0 / sum;
+        for x in head.iter_mut() {
+            *x *= inv;
+        }
+    })
 }
 
 /// Lanes of the vectorised reductions.
 const LANES: usize = 16;
-
-/// The body of [`softmax_row`], written so that the compiler vectorises every loop (the
-/// reductions run in [`LANES`] independent accumulators); inlined into the target-feature
-/// versions above.
-#[inline(always)]
-fn softmax_row_portable(row: &mut [f32], visible: usize, scale: f32) {
-    let (head, tail) = row.split_at_mut(visible);
-    tail.fill(0.0);
-    for x in head.iter_mut() {
-        *x *= scale;
-    }
-    let mut lanes = [f32::NEG_INFINITY; LANES];
-    let mut chunks = head.chunks_exact(LANES);
-    for c in &mut chunks {
-        for (m, &x) in lanes.iter_mut().zip(c) {
-            *m = if x > *m { x } else { *m };
-        }
-    }
-    let max = chunks
-        .remainder()
-        .iter()
-        .chain(&lanes)
-        .fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m });
-    for x in head.iter_mut() {
-        *x = exp_nonpositive(*x - max);
-    }
-    let mut sums = [0f32; LANES];
-    let mut chunks = head.chunks_exact(LANES);
-    for c in &mut chunks {
-        for (s, &x) in sums.iter_mut().zip(c) {
-            *s += x;
-        }
-    }
-    let sum: f32 = sums.iter().sum::<f32>() + chunks.remainder().iter().sum::<f32>();
-    let inv = 1.0 / sum;
-    for x in head.iter_mut() {
-        *x *= inv;
-    }
-}
-
-/// `e^x` for `x ≤ 0` (NaN stays NaN; `x < ln 2⁻¹²⁶ ≈ −87.34`, where `e^x` is below the smallest normal f32,
-/// gives 0), within 2 ulp of the correctly rounded value, in branch-free arithmetic the compiler
-/// vectorises: `x = n·ln 2 + r` with `n` rounded to nearest by the 1.5·2²³ shift, `|r| ≤ ln 2 / 2`,
-/// `e^r` by the degree-7 Taylor-like polynomial of Cephes' `expf` (Moshier, Cephes Math Library,
-/// `expf.c`), and `2^n` built in the exponent bits.
-#[inline(always)]
-fn exp_nonpositive(x: f32) -> f32 {
-    const LOG2E: f32 = std::f32::consts::LOG2_E;
-    const SHIFT: f32 = 12_582_912.0; // 1.5 · 2^23
-    // ln 2^-126: below it e^x is not a normal f32.
-    const MIN_ARG: f32 = -87.336_54;
-    const LN2_HI: f32 = 0.693_359_4;
-    const LN2_LO: f32 = -2.121_944_4e-4;
-    const P: [f32; 6] = [
-        1.987_569_1e-4,
-        1.398_199_9e-3,
-        8.333_452e-3,
-        4.166_579_6e-2,
-        0.166_666_65,
-        0.5,
-    ];
-    // (Written as a comparison so that NaN passes through.)
-    let xc = if x < MIN_ARG { MIN_ARG } else { x };
-    let t = xc * LOG2E + SHIFT;
-    let n = t - SHIFT;
-    let r = xc - n * LN2_HI - n * LN2_LO;
-    let mut p = P[0];
-    for c in &P[1..] {
-        p = p * r + c;
-    }
-    let er = 1.0 + r + r * r * p;
-    // t's low mantissa bits hold n + 2^22 in two's complement: the exponent field of 2^n.
-    let bits = (t.to_bits() as i32 - 0x4B40_0000 + 127) << 23;
-    let y = er * f32::from_bits(bits as u32);
-    if x < MIN_ARG { 0.0 } else { y }
-}
 
 #[cfg(test)]
 mod tests {
@@ -410,37 +346,5 @@ mod tests {
         assert!(attention(&half, &half, &half, CpuMask::None, 0.5).is_none());
         let a = Tensor::<4>::ones([1, 2, 3, 4], &device.autodiff()).require_grad();
         assert!(attention(&a, &a, &a, CpuMask::None, 0.5).is_none());
-    }
-
-    fn exp_ulps(x: f32) -> f64 {
-        let want = (x as f64).exp();
-        let got = exp_nonpositive(x) as f64;
-        let ulp = f32::EPSILON as f64 * want;
-        (got - want).abs() / ulp
-    }
-
-    #[test]
-    fn exp_is_within_two_ulp_of_the_exact_value() {
-        let mut worst: f64 = 0.0;
-        let mut x = -87.3f32;
-        while x <= 0.0 {
-            worst = worst.max(exp_ulps(x));
-            x += 1.3e-3;
-        }
-        for x in [
-            0.0f32,
-            -0.0,
-            -1e-8,
-            -0.5 * std::f32::consts::LN_2,
-            -87.0,
-            -87.33,
-        ] {
-            worst = worst.max(exp_ulps(x));
-        }
-        assert!(worst <= 2.0, "worst error {worst} ulp");
-        assert_eq!(exp_nonpositive(f32::NEG_INFINITY), 0.0);
-        assert_eq!(exp_nonpositive(-100.0), 0.0);
-        assert_eq!(exp_nonpositive(0.0), 1.0);
-        assert!(exp_nonpositive(f32::NAN).is_nan());
     }
 }
