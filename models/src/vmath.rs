@@ -72,7 +72,7 @@ pub(crate) fn sigmoid(z: f32) -> f32 {
 pub(crate) fn erf(x: f32) -> f32 {
     /// `(2/√π) (−1)ⁿ / (n! (2n + 1))`, n = 0…5.
     const C: [f32; 6] = [
-        1.128_379_2,
+        std::f32::consts::FRAC_2_SQRT_PI,
         -0.376_126_4,
         0.112_837_92,
         -0.026_866_17,
