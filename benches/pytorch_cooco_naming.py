@@ -79,6 +79,8 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--attn", default="sdpa")
+    ap.add_argument("--only", choices=["naming", "naming_attention"],
+                    help="time one bench (the 0.5B attention bench needs about 24 GB)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
@@ -116,21 +118,23 @@ def main():
                 model.model.vision_tower(p["pixel_values"][0][:1], output_attentions=True)
         return out.sequences[0, input_ids.shape[1]:].tolist()
 
-    new = step(False)
-    plain_peak = peak_mib()
-    plain = timed(lambda: step(False), a.runs)
+    header = {"model": a.model, "prompt_tokens": input_ids.shape[1], "torch": torch.__version__,
+              "transformers": transformers.__version__, "threads": a.threads, "attn": a.attn}
+    if a.only != "naming_attention":
+        header["generated_ids"] = step(False)
+        header["peak_rss_mib_naming"] = round(peak_mib())
+        med, mn = timed(lambda: step(False), a.runs)
+        print(json.dumps(header), flush=True)
+        print(json.dumps({"bench": f"{a.model}/naming", "median_ms": round(med, 2), "min_ms": round(mn, 2)}),
+              flush=True)
+    if a.only == "naming":
+        return
     # Attention probabilities need the eager kernels.
     model.set_attn_implementation("eager")
     step(True)
-    attn_peak = peak_mib()
-    attn = timed(lambda: step(True), a.runs)
-    print(json.dumps({"model": a.model, "prompt_tokens": input_ids.shape[1], "generated_ids": new,
-                      "peak_rss_mib_naming": round(plain_peak), "peak_rss_mib_attention": round(attn_peak),
-                      "torch": torch.__version__, "transformers": transformers.__version__,
-                      "threads": a.threads, "attn": a.attn}))
-    for name, (med, mn) in [("naming", plain), ("naming_attention", attn)]:
-        print(json.dumps({"bench": f"{a.model}/{name}", "median_ms": round(med, 2), "min_ms": round(mn, 2)}))
-
+    med, mn = timed(lambda: step(True), a.runs)
+    print(json.dumps({"bench": f"{a.model}/naming_attention", "peak_rss_mib_attention": round(peak_mib()),
+                      "median_ms": round(med, 2), "min_ms": round(mn, 2)}), flush=True)
 
 if __name__ == "__main__":
     main()
