@@ -1,7 +1,8 @@
 //! `experiments info`: what a checkpoint is.
 
 use crate::common::{self, ModelOpts};
-use anyhow::Result;
+use anyhow::{Context, Result};
+use bindscope_data::image::{ImageProcessor, ResizeTo};
 use burn::tensor::Device;
 
 /// Arguments of `experiments info`.
@@ -29,6 +30,7 @@ pub fn run(args: InfoArgs, device: &Device, device_spec: &str) -> Result<()> {
     let mut loaded_dtypes: Vec<&str> = loaded.iter().map(|(_, i)| i.dtype.as_str()).collect();
     loaded_dtypes.dedup();
     let loaded_dtype = loaded_dtypes.join(", ");
+    let processor = image_processor(&ckpt, &loaded)?;
     let towers: Vec<serde_json::Value> = loaded
         .iter()
         .map(|(tower, info)| serde_json::json!({"tower": tower, "info": info}))
@@ -40,6 +42,7 @@ pub fn run(args: InfoArgs, device: &Device, device_spec: &str) -> Result<()> {
         "loaded_dtype": loaded_dtype,
         "device": common::device_json(device_spec, device),
         "towers": towers,
+        "preprocess": processor.as_ref().map(processor_json),
     });
     if args.json {
         println!("{}", serde_json::to_string_pretty(&v)?);
@@ -76,5 +79,84 @@ pub fn run(args: InfoArgs, device: &Device, device_spec: &str) -> Result<()> {
             }
         );
     }
+    if loaded.iter().any(|(tower, _)| tower == "vision") {
+        println!(
+            "preprocess   {}",
+            processor
+                .as_ref()
+                .map_or_else(|| NO_PROCESSOR.to_string(), processor_line)
+        );
+    }
     Ok(())
+}
+
+/// What the table says of a vision checkpoint that carries no preprocessing of its own.
+const NO_PROCESSOR: &str = "none (no preprocessor_config.json or timm pretrained_cfg: embed \
+                            refuses images; jer --normalize model has no statistics to read)";
+
+/// The image preprocessing `embed` (and `jer --normalize model`) would use, read and checked the
+/// same way: `Ok(None)` for a checkpoint without a vision tower or without any preprocessing
+/// config (no `preprocessor_config.json`, no timm `pretrained_cfg`, not a `.pth` release);
+/// an error, naming the file and field, for one that is there but cannot be used.
+fn image_processor(
+    ckpt: &bindscope_core::Checkpoint,
+    loaded: &[(String, bindscope_models::ModelInfo)],
+) -> Result<Option<ImageProcessor>> {
+    let has_config = ckpt.preprocessor_config.is_some()
+        || ckpt.is_pytorch_file()
+        || ckpt
+            .config_json()
+            .is_ok_and(|v| v.get("pretrained_cfg").is_some());
+    if !has_config || !loaded.iter().any(|(tower, _)| tower == "vision") {
+        return Ok(None);
+    }
+    ImageProcessor::for_checkpoint(ckpt)
+        .map(Some)
+        .context("cannot preprocess images for this model")
+}
+
+/// The processor under the names of transformers' `preprocessor_config.json`.
+fn processor_json(p: &ImageProcessor) -> serde_json::Value {
+    serde_json::json!({
+        "kind": format!("{:?}", p.kind),
+        "do_resize": p.do_resize,
+        "size": match p.size {
+            ResizeTo::ShortestEdge(s) => serde_json::json!({"shortest_edge": s}),
+            ResizeTo::Exact { height, width } => serde_json::json!({"height": height, "width": width}),
+        },
+        "resample": format!("{:?}", p.resample),
+        "do_center_crop": p.do_center_crop,
+        "crop_size": {"height": p.crop_size.0, "width": p.crop_size.1},
+        "do_rescale": p.do_rescale,
+        "rescale_factor": p.rescale_factor,
+        "do_normalize": p.do_normalize,
+        "image_mean": p.image_mean,
+        "image_std": p.image_std,
+    })
+}
+
+/// One line for the table: resize, crop, rescale and normalisation in that order.
+fn processor_line(p: &ImageProcessor) -> String {
+    let mut steps = Vec::new();
+    if p.do_resize {
+        steps.push(match p.size {
+            ResizeTo::ShortestEdge(s) => format!("resize short side to {s} ({:?})", p.resample),
+            ResizeTo::Exact { height, width } => {
+                format!("resize to {width}×{height} ({:?})", p.resample)
+            }
+        });
+    }
+    if p.do_center_crop {
+        steps.push(format!("center crop {}×{}", p.crop_size.1, p.crop_size.0));
+    }
+    if p.do_rescale {
+        steps.push(format!("rescale ×{}", p.rescale_factor));
+    }
+    if p.do_normalize {
+        steps.push(format!(
+            "normalize mean {:?} std {:?}",
+            p.image_mean, p.image_std
+        ));
+    }
+    format!("{:?}: {}", p.kind, steps.join(", "))
 }

@@ -199,6 +199,60 @@ fn info_describes_both_towers() {
     );
 }
 
+/// `info` reads the preprocessing `embed` would use and refuses a broken one as `embed` does
+/// (a timm `pretrained_cfg` whose `input_size` is not `[3, H, W]`); a checkpoint without one
+/// says so.
+#[test]
+fn info_shows_the_preprocessing_and_refuses_a_broken_one() {
+    // The tiny EVA-02 timm fixture: pretrained_cfg input_size [3, 32, 32], crop_pct 0.9,
+    // bicubic, OpenAI CLIP statistics (timm's resize is floor(32 / 0.9) = 35).
+    let text = ok(&["info", "--model", &fixture("eva")]);
+    assert!(
+        text.contains(
+            "preprocess   TorchvisionImageNet: resize short side to 35 (Bicubic), center crop 32×32"
+        ),
+        "{text}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(&["info", "--json", "--model", &fixture("eva")])).unwrap();
+    assert_eq!(json["preprocess"]["crop_size"]["height"], 32, "{json}");
+    assert_eq!(
+        json["preprocess"]["image_mean"][0], 0.48145466f32 as f64,
+        "{json}"
+    );
+
+    let dir = scratch("info-broken-cfg");
+    std::fs::create_dir_all(&dir).unwrap();
+    for f in ["config.json", "model.safetensors"] {
+        std::fs::copy(root().join("tests/fixtures/eva").join(f), dir.join(f)).unwrap();
+    }
+    let mut cfg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
+    cfg["pretrained_cfg"]["input_size"] = serde_json::json!([3, 32]);
+    std::fs::write(dir.join("config.json"), cfg.to_string()).unwrap();
+    let model = dir.display().to_string();
+    let image = root()
+        .join("tests/fixtures/images/files/gray.png")
+        .display()
+        .to_string();
+    let out = dir.join("out.jsonl").display().to_string();
+    for cmd in ["info", "embed"] {
+        let mut args = vec![cmd, "--model", &model];
+        if cmd == "embed" {
+            args.extend(["--images", &image, "--out", &out]);
+        }
+        let text = err(&args);
+        assert!(
+            text.contains("pretrained_cfg.input_size") && text.contains("config.json"),
+            "{cmd}: {text}"
+        );
+    }
+
+    // A vision checkpoint with no preprocessing config at all: info still describes it.
+    let text = ok(&["info", "--model", &fixture("clip")]);
+    assert!(text.contains("preprocess   none"), "{text}");
+}
+
 #[test]
 fn embed_images_to_jsonl_and_safetensors() {
     let m = crate::common::clip_with_processor(&scratch("embed-model"));
