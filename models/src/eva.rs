@@ -366,11 +366,15 @@ impl EvaConfig {
             ));
         };
         let qkv_fused = shapes.contains_key("blocks.0.attn.qkv.weight");
+        // Either bias of block 0 says the attention has them (timm's `qkv_bias`), so one that
+        // is missing is reported as missing rather than its siblings as unexpected.
         let qkv_bias = if qkv_fused {
             shapes.contains_key("blocks.0.attn.q_bias")
+                || shapes.contains_key("blocks.0.attn.v_bias")
         } else {
             dims("blocks.0.attn.q_proj.weight", 2)?;
             shapes.contains_key("blocks.0.attn.q_proj.bias")
+                || shapes.contains_key("blocks.0.attn.v_proj.bias")
         };
         let grid_tokens = |s: [usize; 2]| (s[0] / patch_size) * (s[1] / patch_size);
         // The size timm builds the model at: model_args.img_size, else the registration's, else

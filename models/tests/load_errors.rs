@@ -201,6 +201,33 @@ fn every_problem_comes_in_one_error() {
 }
 
 #[test]
+fn a_missing_query_bias_is_one_missing_key_not_its_siblings_unexpected() {
+    // EVA reads whether the attention has biases from block 0: the value bias alone says so, so
+    // a deleted `q_proj.bias` (or fused `q_bias`) is the one missing key.
+    for (name, key) in [
+        ("eva", "blocks.0.attn.q_proj.bias"),
+        ("eva/layer_scale_fused", "blocks.0.attn.q_bias"),
+    ] {
+        let mut t = tensors(name);
+        remove(&mut t, key);
+        let dir = broken(name, &t);
+        let err = load_vision(&checkpoint(dir.path()), &device(), &LoadOptions::default())
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(
+            err.contains(&format!("missing key: {key} ")),
+            "{name}: {err}"
+        );
+        assert!(
+            err.contains("1 missing, 0 unexpected, 0 mismatched"),
+            "{name}: {err}"
+        );
+        assert_in_checkpoint_terms(&err);
+    }
+}
+
+#[test]
 fn missing_keys_of_a_remapped_checkpoint_carry_the_files_names() {
     // BERT's keys are remapped onto the module (`LayerNorm` → `layer_norm`,
     // `attention.self` → `attention.self_attn`); a missing key is named as the file has it.
