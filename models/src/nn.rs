@@ -446,32 +446,67 @@ pub fn matmul_2d(lhs: Tensor<2>, rhs: Tensor<2>) -> Tensor<2> {
     lhs.matmul(rhs)
 }
 
-/// A read-only faer view of a rank-2 f32 burn-flex tensor, `None` for a negative stride (a
-/// flipped view) or a layout that would read past its storage.
-fn faer_view(t: &FlexTensor) -> Option<faer::MatRef<'_, f32>> {
+/// The f32 storage, start offset, dims and strides of a rank-`N` burn-flex tensor whose every
+/// element lies in its storage: `None` for another rank, a negative stride (a flipped view), an
+/// empty dimension, or a layout that would read past the storage. What makes an unchecked
+/// strided read of it (a faer view, the CPU attention kernel's blocks) sound.
+pub(crate) fn strided_f32<const N: usize>(t: &FlexTensor) -> Option<Strided<'_, N>> {
     let layout = t.layout();
     let shape = layout.shape();
-    let strides = layout.strides();
-    if shape.num_dims() != 2 || strides.iter().any(|&s| s < 0) {
+    if shape.num_dims() != N || layout.strides().iter().any(|&s| s < 0) {
         return None;
     }
+    let dims: [usize; N] = std::array::from_fn(|i| shape[i]);
+    let strides: [usize; N] = std::array::from_fn(|i| layout.strides()[i] as usize);
     let data: &[f32] = t.storage();
-    let (rows, cols) = (shape[0], shape[1]);
-    let last = layout.start_offset()
-        + rows.saturating_sub(1) * strides[0] as usize
-        + cols.saturating_sub(1) * strides[1] as usize;
-    if rows == 0 || cols == 0 || last >= data.len() {
+    let start = layout.start_offset();
+    let last = start
+        + dims
+            .iter()
+            .zip(&strides)
+            .map(|(&d, &s)| d.saturating_sub(1) * s)
+            .sum::<usize>();
+    if dims.contains(&0) || last >= data.len() {
         return None;
     }
+    Some(Strided {
+        data,
+        start,
+        dims,
+        strides,
+    })
+}
+
+/// A checked strided f32 layout ([`strided_f32`]): element `(i₀, …)` is at
+/// `data[start + Σ iₖ·strides[k]]`, every one of them within `data`.
+pub(crate) struct Strided<'a, const N: usize> {
+    /// The tensor's whole storage.
+    pub data: &'a [f32],
+    /// Offset of element `(0, …, 0)`.
+    pub start: usize,
+    /// Extent of each dimension, all nonzero.
+    pub dims: [usize; N],
+    /// Step of each dimension, in elements.
+    pub strides: [usize; N],
+}
+
+/// A read-only faer view of a rank-2 f32 burn-flex tensor, `None` where [`strided_f32`] is.
+fn faer_view(t: &FlexTensor) -> Option<faer::MatRef<'_, f32>> {
+    let Strided {
+        data,
+        start,
+        dims: [rows, cols],
+        strides: [rs, cs],
+    } = strided_f32::<2>(t)?;
     // SAFETY: every element `start + i·rs + j·cs` (i < rows, j < cols) lies in `data`, checked
-    // above against the largest one; the view borrows `t`, which owns the storage.
+    // by `strided_f32` against the largest one; the view borrows `t`, which owns the storage.
     Some(unsafe {
         faer::MatRef::from_raw_parts(
-            data.as_ptr().add(layout.start_offset()),
+            data.as_ptr().add(start),
             rows,
             cols,
-            strides[0],
-            strides[1],
+            rs as isize,
+            cs as isize,
         )
     })
 }

@@ -53,27 +53,15 @@ struct View<'a> {
 }
 
 impl<'a> View<'a> {
-    /// `None` for a negative stride or a layout that reads past the storage.
+    /// `None` for a negative stride or a layout that reads past the storage
+    /// ([`crate::nn::strided_f32`]).
     fn new(t: &'a FlexTensor) -> Option<Self> {
-        let layout = t.layout();
-        let shape = layout.shape();
-        if shape.num_dims() != 4 || layout.strides().iter().any(|&s| s < 0) {
-            return None;
-        }
-        let dims = [shape[0], shape[1], shape[2], shape[3]];
-        let s = layout.strides();
-        let strides = [s[0] as usize, s[1] as usize, s[2] as usize, s[3] as usize];
-        let data: &[f32] = t.storage();
-        let start = layout.start_offset();
-        let last = start
-            + dims
-                .iter()
-                .zip(&strides)
-                .map(|(&d, &s)| d.saturating_sub(1) * s)
-                .sum::<usize>();
-        if dims.contains(&0) || last >= data.len() {
-            return None;
-        }
+        let crate::nn::Strided {
+            data,
+            start,
+            dims,
+            strides,
+        } = crate::nn::strided_f32::<4>(t)?;
         Some(Self {
             data,
             start,
