@@ -150,7 +150,13 @@ fn processor_line(p: &ImageProcessor) -> String {
         steps.push(format!("center crop {}×{}", p.crop_size.1, p.crop_size.0));
     }
     if p.do_rescale {
-        steps.push(format!("rescale ×{}", p.rescale_factor));
+        // 1/255 (or any 1/n) as a fraction, which is how configs think of it.
+        let n = (1.0 / p.rescale_factor).round();
+        steps.push(if n > 1.0 && (n * p.rescale_factor - 1.0).abs() < 1e-12 {
+            format!("rescale ×1/{n}")
+        } else {
+            format!("rescale ×{}", p.rescale_factor)
+        });
     }
     if p.do_normalize {
         steps.push(format!(

@@ -209,7 +209,8 @@ fn info_shows_the_preprocessing_and_refuses_a_broken_one() {
     let text = ok(&["info", "--model", &fixture("eva")]);
     assert!(
         text.contains(
-            "preprocess   TorchvisionImageNet: resize short side to 35 (Bicubic), center crop 32×32"
+            "preprocess   TorchvisionImageNet: resize short side to 35 (Bicubic), center crop \
+             32×32, rescale ×1/255, normalize mean"
         ),
         "{text}"
     );
