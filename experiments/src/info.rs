@@ -2,7 +2,9 @@
 
 use crate::common::{self, ModelOpts};
 use anyhow::{Context, Result};
-use bindscope_data::image::{ImageProcessor, ResizeTo};
+use bindscope_data::image::{AnyresProcessor, ImageProcessor, ResizeTo};
+use bindscope_models::ModelInfo;
+use bindscope_models::llava_onevision::{self, LlavaOnevisionForConditionalGeneration};
 use burn::tensor::Device;
 
 /// Arguments of `experiments info`.
@@ -20,8 +22,16 @@ pub struct InfoArgs {
 
 pub fn run(args: InfoArgs, device: &Device, device_spec: &str) -> Result<()> {
     let ckpt = common::resolve(&args.model)?;
-    let loaded =
-        bindscope_models::registry::load_any(&ckpt, device, &args.model_opts.load_options())?;
+    let opts = args.model_opts.load_options();
+    // LLaVA-OneVision is one model, not a tower of the registry: its SigLIP tower (with the
+    // projector) and its decoder are described from the loaded composite.
+    let vlm = bindscope_models::registry::model_type(&ckpt)
+        .is_ok_and(|t| t == llava_onevision::MODEL_TYPE);
+    let loaded = if vlm {
+        llava_towers(&ckpt, device, &opts)?
+    } else {
+        bindscope_models::registry::load_any(&ckpt, device, &opts)?
+    };
     let dtypes: Vec<String> = bindscope_core::load::file_dtypes(&ckpt.weights)?
         .iter()
         .map(|d| bindscope_core::load::stored_dtype_name(d))
@@ -30,7 +40,11 @@ pub fn run(args: InfoArgs, device: &Device, device_spec: &str) -> Result<()> {
     let mut loaded_dtypes: Vec<&str> = loaded.iter().map(|(_, i)| i.dtype.as_str()).collect();
     loaded_dtypes.dedup();
     let loaded_dtype = loaded_dtypes.join(", ");
-    let processor = image_processor(&ckpt, &loaded)?;
+    let processor = if vlm {
+        Some(Processor::Anyres(anyres_processor(&ckpt)?))
+    } else {
+        image_processor(&ckpt, &loaded)?.map(Processor::Plain)
+    };
     let towers: Vec<serde_json::Value> = loaded
         .iter()
         .map(|(tower, info)| serde_json::json!({"tower": tower, "info": info}))
@@ -42,7 +56,7 @@ pub fn run(args: InfoArgs, device: &Device, device_spec: &str) -> Result<()> {
         "loaded_dtype": loaded_dtype,
         "device": common::device_json(device_spec, device),
         "towers": towers,
-        "preprocess": processor.as_ref().map(processor_json),
+        "preprocess": processor.as_ref().map(Processor::json),
     });
     if args.json {
         println!("{}", serde_json::to_string_pretty(&v)?);
@@ -84,10 +98,82 @@ pub fn run(args: InfoArgs, device: &Device, device_spec: &str) -> Result<()> {
             "preprocess   {}",
             processor
                 .as_ref()
-                .map_or_else(|| NO_PROCESSOR.to_string(), processor_line)
+                .map_or_else(|| NO_PROCESSOR.to_string(), Processor::line)
         );
     }
     Ok(())
+}
+
+/// The image preprocessing of a checkpoint: one view, or LLaVA-OneVision's anyres tiling.
+enum Processor {
+    Plain(ImageProcessor),
+    Anyres(AnyresProcessor),
+}
+
+impl Processor {
+    fn json(&self) -> serde_json::Value {
+        match self {
+            Self::Plain(p) => processor_json(p),
+            Self::Anyres(a) => {
+                let mut v = processor_json(&a.base);
+                v["kind"] = "LlavaOnevision".into();
+                v["image_grid_pinpoints"] = serde_json::json!(a.image_grid_pinpoints);
+                v
+            }
+        }
+    }
+
+    fn line(&self) -> String {
+        match self {
+            Self::Plain(p) => processor_line(p),
+            Self::Anyres(a) => format!(
+                "{}; anyres: the base view and {}×{} tiles of the best of {} grid resolutions",
+                processor_line(&a.base),
+                a.tile_size(),
+                a.tile_size(),
+                a.image_grid_pinpoints.len()
+            ),
+        }
+    }
+}
+
+/// LLaVA-OneVision's processor (`preprocessor_config.json`, as `cooco run` reads it), or its
+/// class defaults when the checkpoint has none.
+fn anyres_processor(ckpt: &bindscope_core::Checkpoint) -> Result<AnyresProcessor> {
+    match &ckpt.preprocessor_config {
+        Some(p) => AnyresProcessor::from_file(p).context("cannot preprocess images for this model"),
+        None => Ok(AnyresProcessor::defaults()),
+    }
+}
+
+/// The two parts of a LLaVA-OneVision checkpoint as `info` lists towers: `vision` (the SigLIP
+/// tower, the projector and `image_newline`; its embedding is the projector's output, the
+/// decoder's width) and `decoder` (the language model and its head). Their parameter counts add
+/// up to the checkpoint's.
+fn llava_towers(
+    ckpt: &bindscope_core::Checkpoint,
+    device: &Device,
+    opts: &bindscope_core::LoadOptions,
+) -> Result<Vec<(String, ModelInfo)>> {
+    use bindscope_models::CausalLm;
+    use burn::module::Module;
+    let m = LlavaOnevisionForConditionalGeneration::load(ckpt, device, opts)?;
+    let v = &m.spec.vision;
+    let decoder = m.language_model.info();
+    let vision = ModelInfo {
+        model_type: bindscope_models::siglip::VISION_MODEL_TYPE.into(),
+        dtype: bindscope_core::load::dtype_name(m.vision_tower.post_layernorm.gamma.dtype()),
+        hidden_size: v.hidden_size,
+        embed_dim: decoder.hidden_size,
+        num_layers: v.num_hidden_layers,
+        num_heads: v.num_attention_heads,
+        num_params: m.vision_tower.num_params()
+            + m.multi_modal_projector.num_params()
+            + m.image_newline.num_params(),
+        input_size: [v.image_size, v.image_size],
+        patch_size: v.patch_size,
+    };
+    Ok(vec![("vision".into(), vision), ("decoder".into(), decoder)])
 }
 
 /// What the table says of a vision checkpoint that carries no preprocessing of its own.

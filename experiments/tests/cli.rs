@@ -199,6 +199,48 @@ fn info_describes_both_towers() {
     );
 }
 
+/// `info` on a LLaVA-OneVision checkpoint: the SigLIP tower (with the projector) and the
+/// decoder, whose parameter counts add up to the file's (every stored tensor is a parameter of
+/// this untied fixture, as transformers' `num_parameters()` counts them), and the anyres
+/// preprocessing.
+#[test]
+fn info_describes_llava_onevision() {
+    let model = fixture("llava_onevision");
+    let text = ok(&["info", "--model", &model]);
+    assert!(
+        text.contains("vision       siglip_vision_model: 2 layers")
+            && text.contains("decoder      qwen2: 2 layers")
+            && text.contains("anyres: the base view and 32×32 tiles"),
+        "{text}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(&["info", "--json", "--model", &model])).unwrap();
+    let params: u64 = json["towers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["info"]["num_params"].as_u64().unwrap())
+        .sum();
+    let bytes =
+        std::fs::read(root().join("tests/fixtures/llava_onevision/model.safetensors")).unwrap();
+    let stored: usize = safetensors::SafeTensors::deserialize(&bytes)
+        .unwrap()
+        .tensors()
+        .iter()
+        .map(|(_, t)| t.shape().iter().product::<usize>())
+        .sum();
+    assert_eq!(params, stored as u64, "{json}");
+    assert_eq!(json["preprocess"]["kind"], "LlavaOnevision", "{json}");
+    assert_eq!(
+        json["preprocess"]["image_grid_pinpoints"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2,
+        "{json}"
+    );
+}
+
 /// `info` reads the preprocessing `embed` would use and refuses a broken one as `embed` does
 /// (a timm `pretrained_cfg` whose `input_size` is not `[3, H, W]`); a checkpoint without one
 /// says so.
