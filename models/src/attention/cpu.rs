@@ -44,39 +44,19 @@ pub(super) enum CpuMask {
     Causal,
 }
 
-/// A read-only strided view of a rank-4 f32 burn-flex tensor.
-struct View<'a> {
-    data: &'a [f32],
-    start: usize,
-    dims: [usize; 4],
-    strides: [usize; 4],
-}
+/// A read-only strided view of a rank-4 f32 burn-flex tensor, checked by
+/// [`crate::nn::strided_f32`] (`None` for a negative stride or a layout that reads past the
+/// storage).
+type View<'a> = crate::nn::Strided<'a, 4>;
 
 impl<'a> View<'a> {
-    /// `None` for a negative stride or a layout that reads past the storage
-    /// ([`crate::nn::strided_f32`]).
-    fn new(t: &'a FlexTensor) -> Option<Self> {
-        let crate::nn::Strided {
-            data,
-            start,
-            dims,
-            strides,
-        } = crate::nn::strided_f32::<4>(t)?;
-        Some(Self {
-            data,
-            start,
-            dims,
-            strides,
-        })
-    }
-
     /// Rows `rows` of the `[T, D]` matrix of batch `n`, head `h`.
     fn matrix(&self, n: usize, h: usize, rows: std::ops::Range<usize>) -> MatRef<'a, f32> {
         debug_assert!(rows.end <= self.dims[2]);
         let offset =
             self.start + n * self.strides[0] + h * self.strides[1] + rows.start * self.strides[2];
-        // SAFETY: every element read lies at or below the view's last element, which `new`
-        // checked against the storage's length; the view borrows the tensor that owns it.
+        // SAFETY: every element read lies at or below the view's last element, which
+        // `strided_f32` checked against the storage's length; the view borrows the tensor that owns it.
         unsafe {
             MatRef::from_raw_parts(
                 self.data.as_ptr().add(offset),
@@ -118,7 +98,11 @@ pub(super) fn attention(
     let qp = q.clone().try_into_primitive::<Flex>().ok()?;
     let kp = k.clone().try_into_primitive::<Flex>().ok()?;
     let vp = v.clone().try_into_primitive::<Flex>().ok()?;
-    let (qv, kv, vv) = (View::new(&qp)?, View::new(&kp)?, View::new(&vp)?);
+    let (qv, kv, vv) = (
+        crate::nn::strided_f32::<4>(&qp)?,
+        crate::nn::strided_f32::<4>(&kp)?,
+        crate::nn::strided_f32::<4>(&vp)?,
+    );
     let group = h / hkv;
     let offset = tk - if mask == CpuMask::Causal { tq } else { tk };
     let mut out = vec![0f32; n * h * tq * dh];
