@@ -41,7 +41,7 @@ pub fn run(args: InfoArgs, device: &Device, device_spec: &str) -> Result<()> {
     loaded_dtypes.dedup();
     let loaded_dtype = loaded_dtypes.join(", ");
     let processor = if vlm {
-        Some(Processor::Anyres(anyres_processor(&ckpt)?))
+        anyres_processor(&ckpt)?.map(Processor::Anyres)
     } else {
         image_processor(&ckpt, &loaded)?.map(Processor::Plain)
     };
@@ -116,7 +116,6 @@ impl Processor {
             Self::Plain(p) => processor_json(p),
             Self::Anyres(a) => {
                 let mut v = processor_json(&a.base);
-                v["kind"] = "LlavaOnevision".into();
                 v["image_grid_pinpoints"] = serde_json::json!(a.image_grid_pinpoints);
                 v
             }
@@ -137,13 +136,13 @@ impl Processor {
     }
 }
 
-/// LLaVA-OneVision's processor (`preprocessor_config.json`, as `cooco run` reads it), or its
-/// class defaults when the checkpoint has none.
-fn anyres_processor(ckpt: &bindscope_core::Checkpoint) -> Result<AnyresProcessor> {
-    match &ckpt.preprocessor_config {
-        Some(p) => AnyresProcessor::from_file(p).context("cannot preprocess images for this model"),
-        None => Ok(AnyresProcessor::defaults()),
-    }
+/// LLaVA-OneVision's processor from `preprocessor_config.json`, as `cooco run` reads it;
+/// `Ok(None)` without one (which `cooco run` refuses).
+fn anyres_processor(ckpt: &bindscope_core::Checkpoint) -> Result<Option<AnyresProcessor>> {
+    ckpt.preprocessor_config
+        .as_ref()
+        .map(|p| AnyresProcessor::from_file(p).context("cannot preprocess images for this model"))
+        .transpose()
 }
 
 /// The two parts of a LLaVA-OneVision checkpoint as `info` lists towers: `vision` (the SigLIP
@@ -178,27 +177,21 @@ fn llava_towers(
 
 /// What the table says of a vision checkpoint that carries no preprocessing of its own.
 const NO_PROCESSOR: &str = "none (no preprocessor_config.json or timm pretrained_cfg: embed \
-                            refuses images; jer --normalize model has no statistics to read)";
+                            and cooco refuse images; jer --normalize model has no statistics \
+                            to read)";
 
 /// The image preprocessing `embed` (and `jer --normalize model`) would use, read and checked the
-/// same way: `Ok(None)` for a checkpoint without a vision tower or without any preprocessing
-/// config (no `preprocessor_config.json`, no timm `pretrained_cfg`, not a `.pth` release);
-/// an error, naming the file and field, for one that is there but cannot be used.
+/// same way (`ImageProcessor::for_checkpoint_if_any`): `Ok(None)` for a checkpoint without a
+/// vision tower or without any preprocessing config; an error, naming the file and field, for
+/// one that is there but cannot be used.
 fn image_processor(
     ckpt: &bindscope_core::Checkpoint,
-    loaded: &[(String, bindscope_models::ModelInfo)],
+    loaded: &[(String, ModelInfo)],
 ) -> Result<Option<ImageProcessor>> {
-    let has_config = ckpt.preprocessor_config.is_some()
-        || ckpt.is_pytorch_file()
-        || ckpt
-            .config_json()
-            .is_ok_and(|v| v.get("pretrained_cfg").is_some());
-    if !has_config || !loaded.iter().any(|(tower, _)| tower == "vision") {
+    if !loaded.iter().any(|(tower, _)| tower == "vision") {
         return Ok(None);
     }
-    ImageProcessor::for_checkpoint(ckpt)
-        .map(Some)
-        .context("cannot preprocess images for this model")
+    ImageProcessor::for_checkpoint_if_any(ckpt).context("cannot preprocess images for this model")
 }
 
 /// The processor under the names of transformers' `preprocessor_config.json`.

@@ -239,6 +239,20 @@ fn info_describes_llava_onevision() {
         2,
         "{json}"
     );
+
+    // Without its preprocessor_config.json (which `cooco run` requires) no preprocessing is
+    // claimed.
+    let dir = scratch("info-llava-no-processor");
+    std::fs::create_dir_all(&dir).unwrap();
+    for f in ["config.json", "model.safetensors"] {
+        std::fs::copy(
+            root().join("tests/fixtures/llava_onevision").join(f),
+            dir.join(f),
+        )
+        .unwrap();
+    }
+    let text = ok(&["info", "--model", &dir.display().to_string()]);
+    assert!(text.contains("preprocess   none"), "{text}");
 }
 
 /// `info` reads the preprocessing `embed` would use and refuses a broken one as `embed` does

@@ -311,32 +311,10 @@ impl ImageProcessor {
     ///
     /// # Errors
     /// [`ImageError::Config`] naming the checkpoint directory when it has no
-    /// `preprocessor_config.json`; otherwise as [`ImageProcessor::from_file`].
+    /// `preprocessor_config.json`; otherwise as [`ImageProcessor::for_checkpoint_if_any`].
     pub fn for_checkpoint(ckpt: &bindscope_core::Checkpoint) -> Result<Self, ImageError> {
-        match &ckpt.preprocessor_config {
-            Some(p) => Self::from_file(p),
-            // A timm repository: its `config.json` carries the evaluation transform.
-            None if !ckpt.is_pytorch_file()
-                && ckpt
-                    .config_json()
-                    .is_ok_and(|v| v.get("pretrained_cfg").is_some()) =>
-            {
-                let v = ckpt
-                    .config_json()
-                    .map_err(|e| cfg_err(None, e.to_string()))?;
-                Self::from_timm_config(&v).map_err(|e| match e {
-                    ImageError::Config {
-                        path: None,
-                        message,
-                    } => cfg_err(Some(&ckpt.config), message),
-                    e => e,
-                })
-            }
-            // A bare PyTorch release: the transform its authors evaluate with.
-            None if ckpt.is_pytorch_file() => {
-                Ok(Self::defaults(ProcessorKind::TorchvisionImageNet))
-            }
-            None => Err(cfg_err(
+        Self::for_checkpoint_if_any(ckpt)?.ok_or_else(|| {
+            cfg_err(
                 None,
                 if ckpt
                     .config_json()
@@ -350,7 +328,44 @@ impl ImageProcessor {
                 } else {
                     format!("{} has no preprocessor_config.json", ckpt.dir().display())
                 },
-            )),
+            )
+        })
+    }
+
+    /// As [`ImageProcessor::for_checkpoint`], with `Ok(None)` for a checkpoint that carries no
+    /// preprocessing at all: no `preprocessor_config.json`, no timm `pretrained_cfg`, and not a
+    /// PyTorch `.pth` release (which gets torchvision's ImageNet transform).
+    ///
+    /// # Errors
+    /// As [`ImageProcessor::from_file`] for a `preprocessor_config.json`, as
+    /// [`ImageProcessor::from_timm_config`] (naming `config.json`) for a `pretrained_cfg`.
+    pub fn for_checkpoint_if_any(
+        ckpt: &bindscope_core::Checkpoint,
+    ) -> Result<Option<Self>, ImageError> {
+        match &ckpt.preprocessor_config {
+            Some(p) => Self::from_file(p).map(Some),
+            // A timm repository: its `config.json` carries the evaluation transform.
+            None if !ckpt.is_pytorch_file()
+                && ckpt
+                    .config_json()
+                    .is_ok_and(|v| v.get("pretrained_cfg").is_some()) =>
+            {
+                let v = ckpt
+                    .config_json()
+                    .map_err(|e| cfg_err(None, e.to_string()))?;
+                Self::from_timm_config(&v).map(Some).map_err(|e| match e {
+                    ImageError::Config {
+                        path: None,
+                        message,
+                    } => cfg_err(Some(&ckpt.config), message),
+                    e => e,
+                })
+            }
+            // A bare PyTorch release: the transform its authors evaluate with.
+            None if ckpt.is_pytorch_file() => {
+                Ok(Some(Self::defaults(ProcessorKind::TorchvisionImageNet)))
+            }
+            None => Ok(None),
         }
     }
 
