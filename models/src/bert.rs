@@ -37,7 +37,7 @@ use burn::nn::{Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig, Linear, L
 use burn::prelude::*;
 use burn::tensor::activation::tanh;
 
-use crate::nn::{ACTIVATION_NAMES, Activation};
+use crate::nn::{ACTIVATION_NAMES, Activation, Unpadded};
 
 /// `model_type` of a `BertModel` checkpoint.
 pub const MODEL_TYPE: &str = "bert";
@@ -294,11 +294,25 @@ impl BertAttention {
         mask: &AttentionMask,
         need_probs: bool,
     ) -> (Tensor<3>, Option<Tensor<4>>) {
+        let heads = self.self_attn.num_heads;
+        self.forward_with(x, |q, k, v| {
+            multi_head_attention(q, k, v, heads, mask, None, need_probs)
+        })
+    }
+
+    /// The sub-block on tokens of any layout (`[N, T, D]`, or the packed `[M, D]` of
+    /// [`Unpadded`]): the projections, residual and LayerNorm are per token; `attend(q, k, v)`
+    /// gives the merged-heads context in the same layout and the probabilities.
+    fn forward_with<const R: usize>(
+        &self,
+        x: Tensor<R>,
+        attend: impl FnOnce(Tensor<R>, Tensor<R>, Tensor<R>) -> (Tensor<R>, Option<Tensor<4>>),
+    ) -> (Tensor<R>, Option<Tensor<4>>) {
         let s = &self.self_attn;
         let q = s.query.forward(x.clone());
         let k = s.key.forward(x.clone());
         let v = s.value.forward(x.clone());
-        let (ctx, probs) = multi_head_attention(q, k, v, s.num_heads, mask, None, need_probs);
+        let (ctx, probs) = attend(q, k, v);
         let out = self
             .output
             .layer_norm
@@ -346,15 +360,44 @@ impl BertLayer {
         need_probs: bool,
     ) -> (Tensor<3>, Option<Tensor<4>>) {
         let (h, probs) = self.attention.forward(x, mask, need_probs);
+        (self.feed_forward(h), probs)
+    }
+
+    /// The block on the real tokens only: `x: [M, D]` (the packed tokens of `unpadded`) →
+    /// `[M, D]`; the attention runs on the padded layout with `mask` (probabilities `[N, H, T,
+    /// T]`, rows of padded queries unspecified).
+    pub fn forward_unpadded(
+        &self,
+        x: Tensor<2>,
+        unpadded: &Unpadded,
+        mask: &AttentionMask,
+        need_probs: bool,
+    ) -> (Tensor<2>, Option<Tensor<4>>) {
+        let heads = self.attention.self_attn.num_heads;
+        let (h, probs) = self.attention.forward_with(x, |q, k, v| {
+            let (ctx, probs) = multi_head_attention(
+                unpadded.unpack(q),
+                unpadded.unpack(k),
+                unpadded.unpack(v),
+                heads,
+                mask,
+                None,
+                need_probs,
+            );
+            (unpadded.pack(ctx), probs)
+        });
+        (self.feed_forward(h), probs)
+    }
+
+    /// `LN(h + W₂·act(W₁·h))`, per token.
+    fn feed_forward<const R: usize>(&self, h: Tensor<R>) -> Tensor<R> {
         let ff = self
             .intermediate
             .act
             .forward(self.intermediate.dense.forward(h.clone()));
-        let out = self
-            .output
+        self.output
             .layer_norm
-            .forward(self.output.dense.forward(ff) + h);
-        (out, probs)
+            .forward(self.output.dense.forward(ff) + h)
     }
 }
 
@@ -462,6 +505,36 @@ impl BertModel {
         token_type_ids: Option<Tensor<2, Int>>,
         opts: ForwardOptions,
     ) -> EncoderOutput {
+        self.forward_impl(input_ids, attention_mask, token_type_ids, opts, false)
+    }
+
+    /// [`BertModel::forward`] with the blocks run on the real tokens only ([`Unpadded`]): the
+    /// outputs at unpadded positions are `forward`'s up to rounding, and so are their gradients.
+    /// At padded positions `last_hidden_state` and the hidden states after the embeddings are
+    /// zeros, the attention rows of padded queries are unspecified, and `pooler_output` (which
+    /// reads position 0) is unspecified for a row whose position 0 is padding. For callers that
+    /// read the outputs through the mask: sentence pooling, the finetuning loss.
+    ///
+    /// # Shapes and panics
+    /// As [`BertModel::forward`].
+    pub fn forward_unpadded(
+        &self,
+        input_ids: Tensor<2, Int>,
+        attention_mask: Tensor<2, Int>,
+        token_type_ids: Option<Tensor<2, Int>>,
+        opts: ForwardOptions,
+    ) -> EncoderOutput {
+        self.forward_impl(input_ids, attention_mask, token_type_ids, opts, true)
+    }
+
+    fn forward_impl(
+        &self,
+        input_ids: Tensor<2, Int>,
+        attention_mask: Tensor<2, Int>,
+        token_type_ids: Option<Tensor<2, Int>>,
+        opts: ForwardOptions,
+        unpad: bool,
+    ) -> EncoderOutput {
         let [n, t] = input_ids.dims();
         assert!(
             t <= self.config.max_position_embeddings,
@@ -482,18 +555,40 @@ impl BertModel {
             "BERT: token_type_ids must have the shape of input_ids"
         );
 
+        let unpadded = if unpad {
+            Unpadded::from_mask(&attention_mask)
+        } else {
+            None
+        };
         let mask = AttentionMask::Padding(attention_mask);
         let mut x = self.embeddings.forward(input_ids, token_type_ids);
         let mut hidden_states = opts.output_hidden_states.then(|| vec![x.clone()]);
         let mut attentions = opts.output_attentions.then(Vec::new);
-        for layer in &self.encoder.layer {
-            let (y, probs) = layer.forward(x, &mask, opts.output_attentions);
-            x = y;
-            if let Some(h) = hidden_states.as_mut() {
-                h.push(x.clone());
+        let mut keep = |h: &dyn Fn() -> Tensor<3>, probs: Option<Tensor<4>>| {
+            if let Some(hs) = hidden_states.as_mut() {
+                hs.push(h());
             }
             if let (Some(a), Some(p)) = (attentions.as_mut(), probs) {
                 a.push(p);
+            }
+        };
+        match &unpadded {
+            None => {
+                for layer in &self.encoder.layer {
+                    let (y, probs) = layer.forward(x, &mask, opts.output_attentions);
+                    x = y;
+                    keep(&|| x.clone(), probs);
+                }
+            }
+            Some(u) => {
+                let mut packed = u.pack(x);
+                for layer in &self.encoder.layer {
+                    let (y, probs) =
+                        layer.forward_unpadded(packed, u, &mask, opts.output_attentions);
+                    packed = y;
+                    keep(&|| u.unpack(packed.clone()), probs);
+                }
+                x = u.unpack(packed);
             }
         }
         let pooler_output = self.pool_cls(x.clone());
@@ -519,7 +614,8 @@ impl BertModel {
     }
 
     /// The sentence embedding: [`BertModel::pool_sentence`] of the forward pass's
-    /// `last_hidden_state`.
+    /// `last_hidden_state` (computed with [`BertModel::forward_unpadded`], since the pooling reads
+    /// it through the mask).
     ///
     /// # Shapes
     /// `input_ids, attention_mask: [N, T]` → `[N, E]`, `E = k·D` for `k` pooling modes (unit
@@ -529,7 +625,7 @@ impl BertModel {
         input_ids: Tensor<2, Int>,
         attention_mask: Tensor<2, Int>,
     ) -> Tensor<2> {
-        let out = self.forward(
+        let out = self.forward_unpadded(
             input_ids,
             attention_mask.clone(),
             None,
@@ -655,6 +751,15 @@ impl TextEncoder for BertModel {
         opts: ForwardOptions,
     ) -> EncoderOutput {
         self.forward(input_ids, attention_mask, None, opts)
+    }
+
+    fn forward_text_unpadded(
+        &self,
+        input_ids: Tensor<2, Int>,
+        attention_mask: Tensor<2, Int>,
+        opts: ForwardOptions,
+    ) -> EncoderOutput {
+        self.forward_unpadded(input_ids, attention_mask, None, opts)
     }
 
     fn embed_text(&self, input_ids: Tensor<2, Int>, attention_mask: Tensor<2, Int>) -> Tensor<2> {

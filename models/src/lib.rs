@@ -298,6 +298,21 @@ pub trait TextEncoder: Send + Sync {
         opts: ForwardOptions,
     ) -> EncoderOutput;
 
+    /// [`TextEncoder::forward_text`] for a caller that reads the outputs only at unpadded
+    /// positions (through `attention_mask`, as sentence pooling and a loss over pooled
+    /// embeddings do): the model may skip the padded positions in its per-token layers
+    /// ([`nn::Unpadded`]). Values at unpadded positions, and their gradients, are
+    /// `forward_text`'s up to rounding; at padded positions the outputs are unspecified. The
+    /// default is `forward_text`; BERT skips ([`bert::BertModel::forward_unpadded`]).
+    fn forward_text_unpadded(
+        &self,
+        input_ids: Tensor<2, Int>,
+        attention_mask: Tensor<2, Int>,
+        opts: ForwardOptions,
+    ) -> EncoderOutput {
+        self.forward_text(input_ids, attention_mask, opts)
+    }
+
     /// The model's sentence embedding `[N, E]`: CLIP `text_embeds` (projected EOS token), SigLIP
     /// `pooler_output` (last token through the head), BERT mean pooling + L2 normalization.
     fn embed_text(&self, input_ids: Tensor<2, Int>, attention_mask: Tensor<2, Int>) -> Tensor<2>;

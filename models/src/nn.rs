@@ -779,6 +779,92 @@ pub fn gather_tokens(x: Tensor<3>, pos: &[usize]) -> Tensor<2> {
     x.reshape([n * t, d]).select(0, idx)
 }
 
+/// Where the real tokens of a padded batch sit, so that the per-token layers of an encoder
+/// (projections, feed-forward, LayerNorms, residuals) run on those tokens alone and only the
+/// attention sees the padded `[N, T]` layout: the "unpadding" of FlashAttention's `unpad_input`
+/// and of transformers' `_upad_input`. A batch of 96 short sentences padded to its longest
+/// sentence is about one third padding; transformers' eager and sdpa BERT compute it.
+///
+/// The values of the real tokens are those of the padded computation up to rounding (a row of a
+/// matrix product does not depend on the other rows; the attention masks the padded keys either
+/// way). Gradients are too: padded query rows are dropped before anything reads them, and padded
+/// keys get probability exactly 0.
+pub struct Unpadded {
+    n: usize,
+    t: usize,
+    m: usize,
+    /// `[M]`: flat position `i·T + j` of each real token, row-major.
+    keep: Tensor<1, Int>,
+    /// `[N·T]`: the row of `[M + 1]` (the packed tokens, then one zero row) that each position
+    /// reads back.
+    spread: Tensor<1, Int>,
+}
+
+impl Unpadded {
+    /// The real tokens of `attention_mask: [N, T]` (non-zero = token, 0 = padding, as
+    /// transformers' `attention_mask`). `None` when no position is padded (there is nothing to
+    /// skip) or when every position is. Reads the mask back to the host (one synchronisation on a GPU device).
+    pub fn from_mask(attention_mask: &Tensor<2, Int>) -> Option<Self> {
+        let [n, t] = attention_mask.dims();
+        let mask: Vec<i64> = attention_mask
+            .to_data()
+            .convert::<i64>()
+            .try_into_vec::<i64>()
+            .expect("an Int tensor reads back as i64");
+        let keep: Vec<i64> = (0..n * t)
+            .filter(|&i| mask[i] != 0)
+            .map(|i| i as i64)
+            .collect();
+        let m = keep.len();
+        if m == n * t || m == 0 {
+            return None;
+        }
+        let mut next = 0i64;
+        let spread: Vec<i64> = mask
+            .iter()
+            .map(|&v| {
+                if v != 0 {
+                    next += 1;
+                    next - 1
+                } else {
+                    m as i64
+                }
+            })
+            .collect();
+        let device = attention_mask.device();
+        Some(Self {
+            n,
+            t,
+            m,
+            keep: Tensor::<1, Int>::from_ints(keep.as_slice(), &device),
+            spread: Tensor::<1, Int>::from_ints(spread.as_slice(), &device),
+        })
+    }
+
+    /// Number of real tokens `M`.
+    pub fn tokens(&self) -> usize {
+        self.m
+    }
+
+    /// The real tokens of a padded tensor: `[N, T, D]` → `[M, D]`, in row-major order.
+    pub fn pack(&self, x: Tensor<3>) -> Tensor<2> {
+        let [n, t, d] = x.dims();
+        assert_eq!([n, t], [self.n, self.t], "unpadding: [N, T] of the mask");
+        x.reshape([n * t, d]).select(0, self.keep.clone())
+    }
+
+    /// Back to the padded layout: `[M, D]` → `[N, T, D]`, zeros at the padded positions (in
+    /// `x`'s dtype).
+    pub fn unpack(&self, x: Tensor<2>) -> Tensor<3> {
+        let [m, d] = x.dims();
+        assert_eq!(m, self.m, "unpadding: M of the mask");
+        let zero = x.clone().slice([0..1, 0..d]).zeros_like().detach();
+        Tensor::cat(vec![x, zero], 0)
+            .select(0, self.spread.clone())
+            .reshape([self.n, self.t, d])
+    }
+}
+
 /// What [`run_stack`] returns: the last output `[N, T, D]` and, on request, every hidden state
 /// (`L + 1` tensors `[N, T, D]`, the input first, as transformers' `output_hidden_states`) and
 /// every block's attention probabilities (`L` tensors `[N, H, T_q, T_k]`).
@@ -1185,5 +1271,37 @@ mod tests {
                 close(matmul_2d(x.clone(), rhs), want, 1e-6);
             }
         }
+    }
+
+    #[test]
+    fn unpadded_packs_the_real_tokens_and_unpacks_zeros_at_padding() {
+        let device = bindscope_core::device::test_device();
+        // Right, left and no padding in one batch: [N, T] = [3, 4].
+        let mask = Tensor::<2, Int>::from_ints([[1, 1, 0, 0], [0, 1, 1, 1], [1, 1, 1, 1]], &device);
+        let u = Unpadded::from_mask(&mask).expect("padded");
+        assert_eq!(u.tokens(), 9);
+        let x = Tensor::<1>::from_floats(values(5, 3 * 4 * 2, 1.0).as_slice(), &device)
+            .reshape([3, 4, 2]);
+        let packed = u.pack(x.clone());
+        assert_eq!(packed.dims(), [9, 2]);
+        let keep = [0usize, 1, 5, 6, 7, 8, 9, 10, 11];
+        let flat: Vec<f32> = x.clone().into_data().try_into_vec().unwrap();
+        let want: Vec<f32> = keep
+            .iter()
+            .flat_map(|&i| [flat[2 * i], flat[2 * i + 1]])
+            .collect();
+        assert_eq!(
+            packed.clone().into_data().try_into_vec::<f32>().unwrap(),
+            want
+        );
+        let back = u.unpack(packed);
+        let m3 = mask.clone().float().reshape([3, 4, 1]);
+        let want = (x * m3).into_data().try_into_vec::<f32>().unwrap();
+        assert_eq!(back.into_data().try_into_vec::<f32>().unwrap(), want);
+
+        let full = Tensor::<2, Int>::ones([2, 3], &device);
+        assert!(Unpadded::from_mask(&full).is_none(), "nothing to skip");
+        let empty = Tensor::<2, Int>::zeros([2, 3], &device);
+        assert!(Unpadded::from_mask(&empty).is_none(), "no token to keep");
     }
 }

@@ -228,15 +228,18 @@ impl<M: TunableText> Trainer<M> {
             .map_err(|e| e.to_string())?;
         let (ids, mask) = enc.tensors(&self.device);
         let want_attn = self.cfg.attn.is_some();
-        let out = self.model.forward_text(
-            ids,
-            mask.clone(),
-            ForwardOptions {
-                output_hidden_states: false,
-                output_attentions: want_attn,
-                attention_last_rows: None,
-            },
-        );
+        let opts = ForwardOptions {
+            output_hidden_states: false,
+            output_attentions: want_attn,
+            attention_last_rows: None,
+        };
+        // The triplet loss reads the last hidden state through the mask (sentence pooling), so
+        // the padded positions can be skipped; the attention loss keeps the full layout.
+        let out = if want_attn {
+            self.model.forward_text(ids, mask.clone(), opts)
+        } else {
+            self.model.forward_text_unpadded(ids, mask.clone(), opts)
+        };
         let emb = self.model.embedding_from(&out, mask);
         let [_, e] = emb.dims();
         let a = emb.clone().slice([0..b, 0..e]);
