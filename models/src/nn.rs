@@ -803,7 +803,7 @@ pub struct Unpadded {
 impl Unpadded {
     /// The real tokens of `attention_mask: [N, T]` (non-zero = token, 0 = padding, as
     /// transformers' `attention_mask`). `None` when no position is padded (there is nothing to
-    /// skip) or when every position is. Reads the mask back to the host (one synchronisation on a GPU device).
+    /// skip) or when a row has no token at all (its poolings read padded positions). Reads the mask back to the host (one synchronisation on a GPU device).
     pub fn from_mask(attention_mask: &Tensor<2, Int>) -> Option<Self> {
         let [n, t] = attention_mask.dims();
         let mask: Vec<i64> = attention_mask
@@ -816,7 +816,10 @@ impl Unpadded {
             .map(|i| i as i64)
             .collect();
         let m = keep.len();
-        if m == n * t || m == 0 {
+        // A row without tokens keeps the padded computation: poolings fall back to one of its
+        // padded positions there (CLS pooling reads position 0, as torch's argmax does).
+        let empty_row = mask.chunks(t.max(1)).any(|row| row.iter().all(|&v| v == 0));
+        if m == n * t || m == 0 || empty_row {
             return None;
         }
         let mut next = 0i64;
@@ -1303,5 +1306,10 @@ mod tests {
         assert!(Unpadded::from_mask(&full).is_none(), "nothing to skip");
         let empty = Tensor::<2, Int>::zeros([2, 3], &device);
         assert!(Unpadded::from_mask(&empty).is_none(), "no token to keep");
+        let one_empty = Tensor::<2, Int>::from_ints([[1, 1, 0], [0, 0, 0]], &device);
+        assert!(
+            Unpadded::from_mask(&one_empty).is_none(),
+            "a row without tokens"
+        );
     }
 }

@@ -64,7 +64,9 @@ pub trait TunableText: Module + TextEncoder + Sized + 'static {
 
     /// The sentence embedding of [`TextEncoder::embed_text`], from the output of
     /// [`TextEncoder::forward_text`] (so one forward pass can give both the embedding and the
-    /// attention maps).
+    /// attention maps) or of [`TextEncoder::forward_text_unpadded`], which the trainer uses
+    /// without an attention loss: read the output only through `attention_mask`, never at a
+    /// padded position.
     ///
     /// # Shapes
     /// `attention_mask: [N, T]` → `[N, E]`.
