@@ -218,6 +218,52 @@ fn random_adapters(model: &BertModel, seed: u64) -> HostAdapters {
     ad
 }
 
+/// The trainer's loss (which skips the padding: no attention loss) equals the loss of the
+/// padded forward pass computed by hand, with non-zero adapters in the pass.
+#[test]
+fn the_trainers_unpadded_loss_is_the_padded_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let ckpt = tiny_ckpt(dir.path());
+    let device = bindscope_core::device::test_device().autodiff();
+    let base = BertModel::load(&ckpt, &device, &LoadOptions::default()).unwrap();
+    let tok = tokenizer(&ckpt);
+    let mut trainer = Trainer::new(base, TrainConfig::default(), tok.clone(), &device).unwrap();
+    let random = random_adapters(&trainer.model, 11);
+    trainer.model = set_adapters(trainer.model.clone(), &random).unwrap();
+    let t = triplets();
+    let batch: Vec<&Triplet> = t.iter().take(4).collect();
+    let (loss, _, _) = trainer.loss(&batch).unwrap();
+
+    let texts: Vec<&str> = batch
+        .iter()
+        .map(|x| x.anchor.as_str())
+        .chain(batch.iter().map(|x| x.positive.as_str()))
+        .chain(batch.iter().map(|x| x.negative.as_str()))
+        .collect();
+    let (ids, mask) = tok.encode_batch(&texts).unwrap().tensors(&device);
+    let real = mask.clone().sum().into_scalar::<i64>() as usize;
+    assert!(
+        real < mask.dims().iter().product::<usize>(),
+        "the batch must be padded"
+    );
+    let out = trainer.model.forward(
+        ids,
+        mask.clone(),
+        None,
+        bindscope_models::ForwardOptions::default(),
+    );
+    let emb = trainer.model.pool_sentence(out.last_hidden_state, mask);
+    let [_, e] = emb.dims();
+    let part = |i: usize| emb.clone().slice([4 * i..4 * (i + 1), 0..e]);
+    let padded = triplet_loss(part(0), part(1), part(2), trainer.cfg.margin);
+    let (got, want) = (loss.into_scalar::<f32>(), padded.into_scalar::<f32>());
+    assert!(want > 0.0, "a loss that takes part: {want}");
+    assert!(
+        (got - want).abs() <= 1e-6 * want.abs().max(1.0),
+        "{got} vs {want}"
+    );
+}
+
 #[test]
 fn peft_names_shapes_and_values() {
     let dir = tempfile::tempdir().unwrap();
