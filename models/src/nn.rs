@@ -803,7 +803,12 @@ pub struct Unpadded {
 impl Unpadded {
     /// The real tokens of `attention_mask: [N, T]` (non-zero = token, 0 = padding, as
     /// transformers' `attention_mask`). `None` when no position is padded (there is nothing to
-    /// skip) or when a row has no token at all (its poolings read padded positions). Reads the mask back to the host (one synchronisation on a GPU device).
+    /// skip) or when a row has no token at all (its poolings read padded positions). Reads the
+    /// mask back to the host (one synchronisation on a GPU device).
+    ///
+    /// # Panics
+    /// When the device cannot hand the mask back (a failed device, as every host read of the
+    /// models' forward passes).
     pub fn from_mask(attention_mask: &Tensor<2, Int>) -> Option<Self> {
         let [n, t] = attention_mask.dims();
         let mask: Vec<i64> = attention_mask
@@ -819,7 +824,7 @@ impl Unpadded {
         // A row without tokens keeps the padded computation: poolings fall back to one of its
         // padded positions there (CLS pooling reads position 0, as torch's argmax does).
         let empty_row = mask.chunks(t.max(1)).any(|row| row.iter().all(|&v| v == 0));
-        if m == n * t || m == 0 || empty_row {
+        if m == n * t || empty_row {
             return None;
         }
         let mut next = 0i64;
@@ -850,6 +855,9 @@ impl Unpadded {
     }
 
     /// The real tokens of a padded tensor: `[N, T, D]` → `[M, D]`, in row-major order.
+    ///
+    /// # Panics
+    /// When `[N, T]` is not the mask's.
     pub fn pack(&self, x: Tensor<3>) -> Tensor<2> {
         let [n, t, d] = x.dims();
         assert_eq!([n, t], [self.n, self.t], "unpadding: [N, T] of the mask");
@@ -858,6 +866,9 @@ impl Unpadded {
 
     /// Back to the padded layout: `[M, D]` → `[N, T, D]`, zeros at the padded positions (in
     /// `x`'s dtype).
+    ///
+    /// # Panics
+    /// When `M` is not the mask's number of tokens.
     pub fn unpack(&self, x: Tensor<2>) -> Tensor<3> {
         let [m, d] = x.dims();
         assert_eq!(m, self.m, "unpadding: M of the mask");
